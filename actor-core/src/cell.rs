@@ -1,0 +1,788 @@
+//! The actor cell: an actor's mailbox, state and scheduling.
+//!
+//! An idle actor is not a task. Its cell holds the mailbox and the parked
+//! state; the first message to arrive schedules an *activation* (a task)
+//! that takes the state, handles up to `throughput` messages, yields if
+//! more are waiting, and parks the state again when the mailbox is empty.
+//! This is Akka's dispatcher design: memory per idle actor is the cell
+//! alone, and a busy actor runs without a wake-up per message.
+
+use crate::actor::Actor;
+use crate::actor_ref::{ActorRef, AnyActorRef};
+use crate::context::Context;
+use crate::dead_letters::lock;
+use crate::error::SpawnError;
+use crate::letter::{Letter, Node, Opened, SystemLetter};
+use crate::mailbox::{Batch, Mailbox};
+use crate::path::ActorPath;
+use crate::props::{Factory, MailboxConfig, Props, Source};
+use crate::rt;
+use crate::supervision::{RestartDecision, SupervisorStrategy};
+use crate::system::SystemShared;
+use crate::system_message::SystemMessage;
+use crate::watch::{StopReason, Terminated};
+use event_listener::Event;
+use futures_lite::FutureExt;
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// An activation is running or about to run.
+pub(crate) const SCHEDULED: u32 = 1;
+/// Waiting for a restart backoff: do not schedule for messages.
+pub(crate) const SUSPENDED: u32 = 2;
+/// `stop` was called and the activation has not acted on it yet.
+pub(crate) const STOP_REQUESTED: u32 = 4;
+/// The activation has begun stopping (sticky; later stop requests are
+/// no-ops).
+pub(crate) const STOPPING: u32 = 32;
+/// Fully stopped.
+pub(crate) const TERMINATED: u32 = 8;
+/// Stopped because of a failure (set before the mailbox closes).
+pub(crate) const FAILED: u32 = 16;
+
+/// The parts of a cell that do not depend on the actor's type.
+pub(crate) struct CellCore {
+    pub(crate) uid: u64,
+    pub(crate) name: Arc<str>,
+    pub(crate) parent: Option<AnyActorRef>,
+    pub(crate) status: AtomicU32,
+    children: Mutex<Children>,
+    terminated: Event,
+    pub(crate) system: Arc<SystemShared>,
+}
+
+#[derive(Default)]
+struct Children {
+    /// No more children may be added (the actor is stopping).
+    closed: bool,
+    map: Option<Box<HashMap<Arc<str>, AnyActorRef>>>,
+}
+
+impl CellCore {
+    pub(crate) fn path(&self) -> ActorPath {
+        let mut names: Vec<&str> = vec![&self.name];
+        let mut cur = self.parent.as_ref();
+        while let Some(p) = cur {
+            names.push(&p.core().name);
+            cur = p.core().parent.as_ref();
+        }
+        ActorPath::from_names(names.into_iter())
+    }
+
+    pub(crate) fn is_terminated(&self) -> bool {
+        self.status.load(Ordering::Acquire) & TERMINATED != 0
+    }
+
+    /// The reason known to someone who looks after the actor stopped.
+    pub(crate) fn final_reason(&self) -> StopReason {
+        if self.status.load(Ordering::Acquire) & FAILED != 0 {
+            StopReason::Failed("the actor had failed before it was watched".into())
+        } else {
+            StopReason::Stopped
+        }
+    }
+
+    pub(crate) async fn wait_terminated(&self) {
+        loop {
+            if self.is_terminated() {
+                return;
+            }
+            let listener = self.terminated.listen();
+            if self.is_terminated() {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    /// Completes once `stop` has been requested (and not yet acted on).
+    async fn until_stop_requested(&self) {
+        loop {
+            if self.status.load(Ordering::SeqCst) & STOP_REQUESTED != 0 {
+                return;
+            }
+            let listener = self.terminated.listen();
+            if self.status.load(Ordering::SeqCst) & STOP_REQUESTED != 0 {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    fn register_child(&self, name: Arc<str>, child: AnyActorRef) -> Result<(), SpawnError> {
+        let mut c = lock(&self.children);
+        if c.closed {
+            return Err(SpawnError::ParentStopped);
+        }
+        let map = c.map.get_or_insert_with(Default::default);
+        if map.contains_key(&name) {
+            return Err(SpawnError::NameTaken(name.to_string()));
+        }
+        map.insert(name, child);
+        Ok(())
+    }
+
+    fn remove_child(&self, name: &str, uid: u64) {
+        let mut c = lock(&self.children);
+        if let Some(map) = c.map.as_mut() {
+            if map.get(name).is_some_and(|r| r.uid() == uid) {
+                map.remove(name);
+            }
+            if map.is_empty() {
+                c.map = None;
+            }
+        }
+    }
+
+    pub(crate) fn child(&self, name: &str) -> Option<AnyActorRef> {
+        lock(&self.children).map.as_ref().and_then(|m| m.get(name).cloned())
+    }
+
+    pub(crate) fn children(&self) -> Vec<AnyActorRef> {
+        lock(&self.children)
+            .map
+            .as_ref()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn has_children(&self) -> bool {
+        lock(&self.children).map.is_some()
+    }
+
+    /// Refuses new children from now on and returns the current ones.
+    fn close_children(&self) -> Vec<AnyActorRef> {
+        let mut c = lock(&self.children);
+        c.closed = true;
+        c.map.as_ref().map(|m| m.values().cloned().collect()).unwrap_or_default()
+    }
+}
+
+/// Operations on a cell of unknown actor type (parents, children, watchers).
+pub(crate) trait AnyCell: Send + Sync + 'static {
+    fn core(&self) -> &CellCore;
+    /// Stops the actor before its next message.
+    fn request_stop(self: Arc<Self>);
+    /// Queues a message for the runtime; gives it back if the actor has
+    /// stopped.
+    fn send_system(self: Arc<Self>, msg: SystemMessage) -> Result<(), SystemMessage>;
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// A bounded mailbox's count of waiting user messages.
+pub(crate) struct Bounded {
+    pub(crate) capacity: usize,
+    pub(crate) len: AtomicUsize,
+    pub(crate) space: Event,
+}
+
+impl Bounded {
+    /// Reserves room for one message.
+    pub(crate) fn try_reserve(&self) -> bool {
+        let mut n = self.len.load(Ordering::Relaxed);
+        loop {
+            if n >= self.capacity {
+                return false;
+            }
+            match self
+                .len
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    pub(crate) fn release(&self) {
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        self.space.notify(1);
+    }
+}
+
+/// An actor's cell.
+pub(crate) struct ActorCell<A: Actor> {
+    pub(crate) core: CellCore,
+    mailbox: Mailbox<A>,
+    pub(crate) bounded: Option<Box<Bounded>>,
+    run: Mutex<Option<RunState<A>>>,
+}
+
+/// What the actor is doing, as far as the runtime is concerned.
+enum Phase {
+    /// Run `started` on the current instance.
+    Start,
+    /// Handle messages.
+    Run,
+    /// Run `stopping`, stop the children, then terminate.
+    Stopping(StopReason),
+    /// Run `stopped` on the failed instance and stop the children, then
+    /// re-create after `delay`.
+    Restarting(Duration),
+    /// Wait for every child to terminate.
+    AwaitChildren(After),
+    /// Waiting out a restart backoff (the cell is suspended).
+    Backoff,
+    /// Create a fresh instance from the factory.
+    Recreate,
+    /// Run `stopped`, close the mailbox, tell watchers and the parent.
+    Finalize(StopReason),
+    /// Terminated.
+    Done,
+}
+
+enum After {
+    Restart(Duration),
+    Terminate(StopReason),
+}
+
+/// The actor's state while it is parked or running.
+struct RunState<A: Actor> {
+    actor: Option<A>,
+    ctx: Context<A>,
+    batch: Batch<A>,
+    phase: Phase,
+    factory: Option<Factory<A>>,
+    /// `None` is the default strategy (restart, no limit, no backoff).
+    strategy: Option<Box<SupervisorStrategy>>,
+    /// User letters set aside while children stop for a restart.
+    held: Vec<Box<dyn Letter<A>>>,
+}
+
+enum Step {
+    Idle,
+    Yield,
+    Done,
+}
+
+/// Runs a hook or handler future, turning a panic into its message.
+async fn guarded<F: Future>(f: F) -> Result<F::Output, String> {
+    AssertUnwindSafe(f).catch_unwind().await.map_err(|p| panic_message(&*p))
+}
+
+pub(crate) fn panic_message(p: &(dyn Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}
+
+impl<A: Actor> AnyCell for ActorCell<A> {
+    fn core(&self) -> &CellCore {
+        &self.core
+    }
+
+    fn request_stop(self: Arc<Self>) {
+        let prev = self.core.status.load(Ordering::SeqCst);
+        if prev & (STOPPING | TERMINATED) != 0 {
+            return;
+        }
+        let prev = self.core.status.fetch_or(STOP_REQUESTED, Ordering::SeqCst);
+        if prev & (STOP_REQUESTED | STOPPING | TERMINATED) == 0 {
+            // Wakes a handler that is awaiting something, so that it is
+            // cancelled (see `until_stop_requested`).
+            self.core.terminated.notify(usize::MAX);
+            self.schedule();
+        }
+    }
+
+    fn send_system(self: Arc<Self>, msg: SystemMessage) -> Result<(), SystemMessage> {
+        match self.mailbox.push(Node::new(SystemLetter(msg))) {
+            Ok(()) => {
+                self.schedule();
+                Ok(())
+            }
+            Err(node) => Err(node.body.0),
+        }
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+impl<A: Actor> ActorCell<A> {
+    /// Creates the cell of a new actor, registers it with its parent and
+    /// schedules its start.
+    pub(crate) fn spawn(
+        system: &Arc<SystemShared>,
+        parent: Option<&AnyActorRef>,
+        props: Props<A>,
+    ) -> Result<ActorRef<A>, SpawnError> {
+        let name: Arc<str> = match props.name {
+            Some(n) if crate::path::valid_name(&n) => n.into(),
+            Some(n) => return Err(SpawnError::InvalidName(n)),
+            None => crate::path::generated_name(system.next_name()).into(),
+        };
+        let (actor, factory) = match props.source {
+            Source::Value(a) => (a, None),
+            Source::Factory(mut f) => match std::panic::catch_unwind(AssertUnwindSafe(&mut f)) {
+                Ok(a) => (a, Some(f)),
+                Err(p) => return Err(SpawnError::FactoryPanicked(panic_message(&*p))),
+            },
+        };
+        let strategy = if props.strategy == SupervisorStrategy::default() {
+            None
+        } else {
+            Some(Box::new(props.strategy))
+        };
+        let bounded = match props.mailbox {
+            MailboxConfig::Unbounded => None,
+            MailboxConfig::Bounded { capacity } => Some(Box::new(Bounded {
+                capacity: capacity.max(1),
+                len: AtomicUsize::new(0),
+                space: Event::new(),
+            })),
+        };
+        let cell = Arc::new(ActorCell {
+            core: CellCore {
+                uid: system.next_uid(),
+                name: name.clone(),
+                parent: parent.cloned(),
+                status: AtomicU32::new(SCHEDULED),
+                children: Mutex::new(Children::default()),
+                terminated: Event::new(),
+                system: system.clone(),
+            },
+            mailbox: Mailbox::new(),
+            bounded,
+            run: Mutex::new(None),
+        });
+        let me = ActorRef { cell: cell.clone() };
+        if let Some(p) = parent {
+            if let Err(e) = p.core().register_child(name, me.to_any()) {
+                // Never scheduled and never registered: mark it terminated so
+                // the cycle through its context is not created.
+                cell.core.status.store(TERMINATED, Ordering::Release);
+                return Err(e);
+            }
+        }
+        *lock(&cell.run) = Some(RunState {
+            actor: Some(actor),
+            ctx: Context::new(me.clone()),
+            batch: Batch::empty(),
+            phase: Phase::Start,
+            factory,
+            strategy,
+            held: Vec::new(),
+        });
+        rt::spawn(cell.clone().run());
+        Ok(me)
+    }
+
+    /// Queues a letter and schedules the actor. Gives the letter back if
+    /// the actor has stopped.
+    pub(crate) fn enqueue<L>(self: &Arc<Self>, node: Box<Node<A, L>>) -> Result<(), Box<Node<A, L>>>
+    where
+        Node<A, L>: Letter<A> + 'static,
+    {
+        self.mailbox.push(node)?;
+        self.schedule();
+        Ok(())
+    }
+
+    /// Starts an activation unless one is running, the actor is suspended
+    /// (and not asked to stop) or it has terminated.
+    pub(crate) fn schedule(self: &Arc<Self>) {
+        if self.try_claim() {
+            rt::spawn(self.clone().run());
+        }
+    }
+
+    fn try_claim(&self) -> bool {
+        // SeqCst pairs with the SeqCst push in the mailbox and the SeqCst
+        // clearing of SCHEDULED in `run`: either the producer sees the
+        // bit cleared, or the activation sees the new letter.
+        let mut s = self.core.status.load(Ordering::SeqCst);
+        loop {
+            if s & (SCHEDULED | TERMINATED) != 0 {
+                return false;
+            }
+            if s & SUSPENDED != 0 && s & STOP_REQUESTED == 0 {
+                return false;
+            }
+            match self
+                .core
+                .status
+                .compare_exchange_weak(s, s | SCHEDULED, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    fn wants_run(&self) -> bool {
+        let s = self.core.status.load(Ordering::SeqCst);
+        if s & TERMINATED != 0 {
+            return false;
+        }
+        if s & STOP_REQUESTED != 0 {
+            return true;
+        }
+        s & SUSPENDED == 0 && !self.mailbox.is_empty()
+    }
+
+    /// One activation.
+    async fn run(self: Arc<Self>) {
+        let Some(mut st) = lock(&self.run).take() else {
+            tracing::error!(actor = %self.core.path(), "bug: activation found no actor state");
+            return;
+        };
+        loop {
+            match self.step(&mut st).await {
+                Step::Yield => rt::yield_now().await,
+                Step::Done => return,
+                Step::Idle => {
+                    *lock(&self.run) = Some(st);
+                    self.core.status.fetch_and(!SCHEDULED, Ordering::SeqCst);
+                    if !self.wants_run() || !self.try_claim() {
+                        return;
+                    }
+                    st = match lock(&self.run).take() {
+                        Some(s) => s,
+                        None => return,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Handles messages and lifecycle transitions until the mailbox is
+    /// empty, `throughput` messages have run, or the actor has terminated.
+    async fn step(self: &Arc<Self>, st: &mut RunState<A>) -> Step {
+        let throughput = self.core.system.settings.throughput;
+        let mut handled = 0usize;
+        loop {
+            if self.core.status.load(Ordering::Relaxed) & STOP_REQUESTED != 0 {
+                self.core.status.fetch_or(STOPPING, Ordering::SeqCst);
+                self.core.status.fetch_and(!(STOP_REQUESTED | SUSPENDED), Ordering::SeqCst);
+                match st.phase {
+                    Phase::Start | Phase::Run | Phase::Backoff | Phase::Recreate => {
+                        st.phase = Phase::Stopping(StopReason::Stopped);
+                    }
+                    Phase::Restarting(_) | Phase::AwaitChildren(After::Restart(_)) => {
+                        // Children are already being stopped; end there.
+                        st.actor = None;
+                        st.phase = Phase::AwaitChildren(After::Terminate(StopReason::Stopped));
+                        self.core.close_children();
+                    }
+                    _ => {}
+                }
+            }
+            match std::mem::replace(&mut st.phase, Phase::Run) {
+                Phase::Run => {}
+                Phase::Start => {
+                    let actor = st.actor.as_mut().expect("instance present at start");
+                    if let Err(p) = guarded(actor.started(&mut st.ctx)).await {
+                        self.fail(st, format!("panic in `started`: {p}"));
+                    }
+                    continue;
+                }
+                Phase::Stopping(reason) => {
+                    if let Some(actor) = st.actor.as_mut() {
+                        if let Err(p) = guarded(actor.stopping(&mut st.ctx)).await {
+                            tracing::warn!(actor = %self.core.path(), "panic in `stopping` (ignored): {p}");
+                        }
+                    }
+                    st.ctx.cancel_timers();
+                    for child in self.core.close_children() {
+                        child.stop();
+                    }
+                    st.phase = Phase::AwaitChildren(After::Terminate(reason));
+                    continue;
+                }
+                Phase::Restarting(delay) => {
+                    if let Some(mut old) = st.actor.take() {
+                        if let Err(p) = guarded(old.stopped(&mut st.ctx)).await {
+                            tracing::warn!(actor = %self.core.path(), "panic in `stopped` before restart (ignored): {p}");
+                        }
+                    }
+                    st.ctx.cancel_timers();
+                    for child in self.core.children() {
+                        child.stop();
+                    }
+                    st.phase = Phase::AwaitChildren(After::Restart(delay));
+                    continue;
+                }
+                Phase::AwaitChildren(after) => {
+                    if !self.core.has_children() {
+                        match after {
+                            After::Terminate(reason) => st.phase = Phase::Finalize(reason),
+                            After::Restart(delay) if delay.is_zero() => st.phase = Phase::Recreate,
+                            After::Restart(delay) => {
+                                st.phase = Phase::Backoff;
+                                self.core.status.fetch_or(SUSPENDED, Ordering::SeqCst);
+                                let me = self.clone();
+                                rt::spawn(async move {
+                                    rt::sleep(delay).await;
+                                    me.core.status.fetch_and(!SUSPENDED, Ordering::SeqCst);
+                                    let _ = me.send_system(SystemMessage::ResumeAfterBackoff);
+                                });
+                                return Step::Idle;
+                            }
+                        }
+                        continue;
+                    }
+                    st.phase = Phase::AwaitChildren(after);
+                }
+                Phase::Backoff => {
+                    if self.core.status.load(Ordering::SeqCst) & SUSPENDED != 0 {
+                        st.phase = Phase::Backoff;
+                        return Step::Idle;
+                    }
+                    st.phase = Phase::Recreate;
+                    continue;
+                }
+                Phase::Recreate => {
+                    let Some(factory) = st.factory.as_mut() else {
+                        st.phase = Phase::Stopping(StopReason::Failed("no factory to restart from".into()));
+                        continue;
+                    };
+                    match std::panic::catch_unwind(AssertUnwindSafe(factory)) {
+                        Ok(fresh) => {
+                            st.actor = Some(fresh);
+                            for letter in st.held.drain(..).rev() {
+                                st.batch.push_front(letter);
+                            }
+                            st.phase = Phase::Start;
+                            tracing::debug!(actor = %self.core.path(), "restarted");
+                        }
+                        Err(p) => {
+                            st.phase = Phase::Run;
+                            self.fail(st, format!("panic in the factory on restart: {}", panic_message(&*p)));
+                        }
+                    }
+                    continue;
+                }
+                Phase::Finalize(reason) => {
+                    self.finalize(st, reason).await;
+                    return Step::Done;
+                }
+                Phase::Done => {
+                    st.phase = Phase::Done;
+                    return Step::Done;
+                }
+            }
+
+            // Phase is Run or AwaitChildren: take the next letter.
+            if handled >= throughput {
+                return Step::Yield;
+            }
+            let letter = match st.batch.pop() {
+                Some(l) => l,
+                None => {
+                    st.batch = self.mailbox.take_all();
+                    match st.batch.pop() {
+                        Some(l) => l,
+                        None => return Step::Idle,
+                    }
+                }
+            };
+            handled += 1;
+            match letter.open() {
+                Opened::System(msg) => self.handle_system(st, msg),
+                Opened::User(user) => {
+                    if let Some(b) = &self.bounded {
+                        b.release();
+                    }
+                    match st.phase {
+                        Phase::Run => {}
+                        Phase::AwaitChildren(After::Restart(_)) => {
+                            st.held.push(user);
+                            continue;
+                        }
+                        _ => {
+                            self.dead_letter(user.type_name());
+                            continue;
+                        }
+                    }
+                    let actor = st.actor.as_mut().expect("instance present while running");
+                    let handler = user.deliver(actor, &mut st.ctx);
+                    // A stop request cancels a handler that is still awaiting
+                    // (at its next await point): `stop` means now.
+                    let handler = async {
+                        handler.await;
+                        true
+                    }
+                    .or(async {
+                        self.core.until_stop_requested().await;
+                        false
+                    });
+                    let result = guarded(handler).await;
+                    if result == Ok(false) {
+                        tracing::debug!(actor = %self.core.path(), "handler cancelled by stop");
+                    }
+                    if st.ctx.take_unstash_request() {
+                        for letter in st.ctx.drain_stash().into_iter().rev() {
+                            st.batch.push_front(letter);
+                        }
+                    }
+                    if let Err(p) = result {
+                        self.fail(st, p);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_system(self: &Arc<Self>, st: &mut RunState<A>, msg: SystemMessage) {
+        match msg {
+            SystemMessage::Ignore | SystemMessage::ChildTerminated | SystemMessage::ResumeAfterBackoff => {}
+            SystemMessage::PoisonPill => {
+                if matches!(st.phase, Phase::Run) {
+                    st.phase = Phase::Stopping(StopReason::Stopped);
+                }
+            }
+            SystemMessage::Watch { watcher, notify } => st.ctx.add_watcher(watcher, notify),
+            SystemMessage::Unwatch { watcher } => st.ctx.remove_watcher(watcher),
+            SystemMessage::ChildFailed { child, reason } => {
+                if matches!(st.phase, Phase::Run) {
+                    self.fail(st, format!("child {} failed: {reason}", child.path()));
+                }
+            }
+        }
+    }
+
+    /// Applies the supervisor strategy to a failure of the running instance.
+    fn fail(self: &Arc<Self>, st: &mut RunState<A>, why: String) {
+        let path = self.core.path();
+        // Cloned: failures are rare, and the strategy must not borrow `st`.
+        let strategy = st.strategy.as_deref().cloned().unwrap_or_default();
+        match &strategy {
+            SupervisorStrategy::Resume => {
+                tracing::warn!(actor = %path, "actor failed, resuming: {why}");
+                st.phase = Phase::Run;
+            }
+            SupervisorStrategy::Stop => {
+                tracing::error!(actor = %path, "actor failed, stopping: {why}");
+                st.phase = Phase::Stopping(StopReason::Failed(why));
+            }
+            SupervisorStrategy::Escalate => {
+                tracing::error!(actor = %path, "actor failed, escalating to its parent: {why}");
+                if let Some(parent) = &self.core.parent {
+                    let _ = parent.send_system(SystemMessage::ChildFailed {
+                        child: ActorRef { cell: self.clone() }.to_any(),
+                        reason: why.clone(),
+                    });
+                }
+                st.phase = Phase::Stopping(StopReason::Failed(why));
+            }
+            SupervisorStrategy::Restart(policy) => {
+                if st.factory.is_none() {
+                    tracing::warn!(
+                        actor = %path,
+                        "actor failed and its strategy is restart, but it was spawned from a value and \
+                         cannot be re-created (spawn it with `Props::from_factory` to allow restarts); \
+                         stopping: {why}"
+                    );
+                    st.phase = Phase::Stopping(StopReason::Failed(why));
+                    return;
+                }
+                match st.ctx.restart_stats().decide(policy, Instant::now()) {
+                    RestartDecision::LimitExceeded(max) => {
+                        let why = format!("{why} (more than {max} restarts within {:?})", policy.within);
+                        tracing::error!(actor = %path, "actor failed too often, stopping: {why}");
+                        st.phase = Phase::Stopping(StopReason::Failed(why));
+                    }
+                    RestartDecision::RestartAfter(delay) => {
+                        tracing::warn!(actor = %path, "actor failed, restarting in {delay:?}: {why}");
+                        st.phase = Phase::Restarting(delay);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn finalize(self: &Arc<Self>, st: &mut RunState<A>, reason: StopReason) {
+        if let Some(actor) = st.actor.as_mut() {
+            if let Err(p) = guarded(actor.stopped(&mut st.ctx)).await {
+                tracing::warn!(actor = %self.core.path(), "panic in `stopped` (ignored): {p}");
+            }
+        }
+        st.actor = None;
+        st.ctx.cancel_timers();
+        if matches!(reason, StopReason::Failed(_)) {
+            self.core.status.fetch_or(FAILED, Ordering::SeqCst);
+        }
+        let mut rest = std::mem::replace(&mut st.batch, Batch::empty());
+        rest.append(self.mailbox.close());
+        if let Some(parent) = &self.core.parent {
+            parent.core().remove_child(&self.core.name, self.core.uid);
+        }
+        self.core.status.fetch_or(TERMINATED, Ordering::SeqCst);
+        self.core.terminated.notify(usize::MAX);
+
+        let me = ActorRef { cell: self.clone() }.to_any();
+        let terminated = Terminated {
+            actor: me,
+            reason,
+        };
+        for (_, notify) in st.ctx.take_watchers() {
+            notify(terminated.clone());
+        }
+        let undelivered = st.held.drain(..).chain(st.ctx.drain_stash().into_iter().map(|l| l as Box<dyn Letter<A>>));
+        for letter in undelivered {
+            self.dead_letter(letter.type_name());
+        }
+        while let Some(letter) = rest.pop() {
+            match letter.open() {
+                Opened::System(SystemMessage::Watch { notify, .. }) => notify(terminated.clone()),
+                Opened::System(_) => {}
+                Opened::User(user) => {
+                    if let Some(b) = &self.bounded {
+                        b.release();
+                    }
+                    self.dead_letter(user.type_name());
+                }
+            }
+        }
+        if let Some(parent) = &self.core.parent {
+            let _ = parent.send_system(SystemMessage::ChildTerminated);
+        }
+        tracing::debug!(actor = %self.core.path(), reason = %terminated.reason, "terminated");
+        st.phase = Phase::Done;
+    }
+
+    pub(crate) fn dead_letter(&self, type_name: &'static str) {
+        self.core
+            .system
+            .dead_letters
+            .record(|| self.core.path().to_string(), type_name);
+    }
+}
+
+impl<A: Actor> ActorCell<A> {
+    /// A reference to an actor that never ran: returned by an infallible
+    /// spawn on a system that is shutting down. Everything sent to it is a
+    /// dead letter.
+    pub(crate) fn stillborn(system: &Arc<SystemShared>) -> ActorRef<A> {
+        let cell = Arc::new(ActorCell {
+            core: CellCore {
+                uid: system.next_uid(),
+                name: "$stillborn".into(),
+                parent: None,
+                status: AtomicU32::new(TERMINATED),
+                children: Mutex::new(Children {
+                    closed: true,
+                    map: None,
+                }),
+                terminated: Event::new(),
+                system: system.clone(),
+            },
+            mailbox: Mailbox::new(),
+            bounded: None,
+            run: Mutex::new(None),
+        });
+        drop(cell.mailbox.close());
+        ActorRef { cell }
+    }
+}

@@ -1,0 +1,298 @@
+//! `Context`: what an actor can do besides handling its message.
+
+use crate::actor::{Actor, Handler};
+use crate::actor_ref::{ActorRef, AnyActorRef};
+use crate::cell::ActorCell;
+use crate::error::SpawnError;
+use crate::letter::{Envelope, Node, UserLetter};
+use crate::message::Message;
+use crate::props::Props;
+use crate::supervision::RestartStats;
+use crate::system::ActorSystem;
+use crate::system_message::{Notifier, SystemMessage};
+use crate::timers::{ReceiveTimeoutState, TimerEntry};
+use crate::watch::{ReceiveTimeout, Terminated};
+use std::any::Any;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The actor's view of the runtime, passed to every handler and hook.
+///
+/// ```
+/// use std::time::Duration;
+/// use troupe_core::prelude::*;
+///
+/// #[derive(Message, Clone)]
+/// struct Tick;
+///
+/// struct Clock { ticks: u64 }
+///
+/// impl Actor for Clock {
+///     async fn started(&mut self, ctx: &mut Context<Self>) {
+///         ctx.start_periodic_timer("tick", Tick, Duration::from_secs(1));
+///     }
+/// }
+///
+/// #[handlers]
+/// impl Clock {
+///     async fn tick(&mut self, _msg: Tick, ctx: &mut Context<Self>) {
+///         self.ticks += 1;
+///         if self.ticks == 10 {
+///             ctx.stop();
+///         }
+///     }
+/// }
+/// ```
+pub struct Context<A: Actor> {
+    myself: ActorRef<A>,
+    /// Set by `stash` while a handler runs, so that the handler's envelope
+    /// hands its reply channel to the stashed copy.
+    pub(crate) stashed_current: bool,
+    /// Everything an actor may never use, allocated on first use so that
+    /// idle actors stay small.
+    extras: Option<Box<Extras<A>>>,
+}
+
+pub(crate) struct Extras<A: Actor> {
+    stash: Vec<Box<dyn UserLetter<A>>>,
+    unstash_requested: bool,
+    /// Actors this one watches, by uid.
+    watching: HashMap<u64, AnyActorRef>,
+    /// Actors watching this one.
+    watchers: Vec<(u64, Notifier)>,
+    pub(crate) timers: HashMap<String, TimerEntry>,
+    pub(crate) next_timer_generation: u64,
+    pub(crate) receive_timeout: Option<ReceiveTimeoutState>,
+    restarts: RestartStats,
+}
+
+impl<A: Actor> Default for Extras<A> {
+    fn default() -> Self {
+        Extras {
+            stash: Vec::new(),
+            unstash_requested: false,
+            watching: HashMap::new(),
+            watchers: Vec::new(),
+            timers: HashMap::new(),
+            next_timer_generation: 0,
+            receive_timeout: None,
+            restarts: RestartStats::default(),
+        }
+    }
+}
+
+impl<A: Actor> Context<A> {
+    pub(crate) fn new(myself: ActorRef<A>) -> Self {
+        Context {
+            myself,
+            stashed_current: false,
+            extras: None,
+
+        }
+    }
+
+    pub(crate) fn extras_if_any(&mut self) -> Option<&mut Extras<A>> {
+        self.extras.as_deref_mut()
+    }
+
+    pub(crate) fn extras(&mut self) -> &mut Extras<A> {
+        self.extras.get_or_insert_with(Default::default)
+    }
+
+    /// This actor's own reference.
+    pub fn myself(&self) -> &ActorRef<A> {
+        &self.myself
+    }
+
+    /// The actor system this actor lives in.
+    pub fn system(&self) -> ActorSystem {
+        ActorSystem::from_shared(self.myself.cell.core.system.clone())
+    }
+
+    /// The parent (the `/user` or `/system` guardian for top-level actors).
+    pub fn parent(&self) -> Option<AnyActorRef> {
+        self.myself.cell.core.parent.clone()
+    }
+
+    /// The children that have not terminated yet.
+    pub fn children(&self) -> Vec<AnyActorRef> {
+        self.myself.cell.core.children()
+    }
+
+    /// The child with this name, if it is alive.
+    pub fn child(&self, name: &str) -> Option<AnyActorRef> {
+        self.myself.cell.core.child(name)
+    }
+
+    /// Spawns a child with a generated name.
+    pub fn spawn<C: Actor>(&mut self, actor: C) -> Result<ActorRef<C>, SpawnError> {
+        self.spawn_props(Props::new(actor))
+    }
+
+    /// Spawns a child from `props`. Fails if the name is taken among this
+    /// actor's children or if this actor is stopping.
+    pub fn spawn_props<C: Actor>(&mut self, props: Props<C>) -> Result<ActorRef<C>, SpawnError> {
+        let me = self.myself.to_any();
+        ActorCell::spawn(&self.myself.cell.core.system, Some(&me), props)
+    }
+
+    /// Stops this actor once the current handler returns. Messages still
+    /// queued go to dead letters.
+    pub fn stop(&mut self) {
+        self.myself.stop();
+    }
+
+    /// Stops a child (or any actor).
+    pub fn stop_child(&mut self, child: &AnyActorRef) {
+        child.stop();
+    }
+
+    /// Watches `other`: this actor gets [`Terminated`] once `other` stops,
+    /// also if it has already stopped.
+    pub fn watch<B: Actor>(&mut self, other: &ActorRef<B>)
+    where
+        A: Handler<Terminated>,
+    {
+        self.watch_any(&other.to_any());
+    }
+
+    /// Watches an actor of unknown type.
+    pub fn watch_any(&mut self, other: &AnyActorRef)
+    where
+        A: Handler<Terminated>,
+    {
+        let target = other.uid();
+        if self.extras().watching.insert(target, other.clone()).is_some() {
+            return;
+        }
+        let me = self.myself.clone();
+        let watcher = me.uid();
+        let notify: Notifier = Box::new(move |t: Terminated| me.deliver_terminated(t));
+        if let Err(SystemMessage::Watch { notify, .. }) = other.send_system(SystemMessage::Watch { watcher, notify }) {
+            notify(Terminated {
+                actor: other.clone(),
+                reason: other.core().final_reason(),
+            });
+        }
+    }
+
+    /// Stops watching; a `Terminated` for it that is already on its way is
+    /// dropped.
+    pub fn unwatch(&mut self, other: &AnyActorRef) {
+        if let Some(ext) = self.extras.as_mut() {
+            if ext.watching.remove(&other.uid()).is_some() {
+                let _ = other.send_system(SystemMessage::Unwatch {
+                    watcher: self.myself.uid(),
+                });
+            }
+        }
+    }
+
+    /// True when a `Terminated` for `uid` is still wanted (and forgets the
+    /// watch, since each watch delivers once).
+    pub(crate) fn take_watch(&mut self, uid: u64) -> bool {
+        self.extras
+            .as_mut()
+            .is_some_and(|e| e.watching.remove(&uid).is_some())
+    }
+
+    pub(crate) fn add_watcher(&mut self, watcher: u64, notify: Notifier) {
+        let ext = self.extras();
+        if !ext.watchers.iter().any(|(w, _)| *w == watcher) {
+            ext.watchers.push((watcher, notify));
+        }
+    }
+
+    pub(crate) fn remove_watcher(&mut self, watcher: u64) {
+        if let Some(ext) = self.extras.as_mut() {
+            ext.watchers.retain(|(w, _)| *w != watcher);
+        }
+    }
+
+    pub(crate) fn take_watchers(&mut self) -> Vec<(u64, Notifier)> {
+        self.extras
+            .as_mut()
+            .map(|e| std::mem::take(&mut e.watchers))
+            .unwrap_or_default()
+    }
+
+    /// Sets aside `msg` (the message being handled) until
+    /// [`unstash_all`](Self::unstash_all). If it was asked, the reply is
+    /// sent when it is handled again, and the value this handler returns is
+    /// discarded.
+    pub fn stash<M: Message>(&mut self, msg: M)
+    where
+        A: Handler<M>,
+    {
+        let letter: Box<dyn UserLetter<A>> = Node::new(Envelope { msg, reply: None });
+        self.extras().stash.push(letter);
+        self.stashed_current = true;
+    }
+
+    /// Number of stashed messages.
+    pub fn stash_len(&self) -> usize {
+        self.extras.as_ref().map_or(0, |e| e.stash.len())
+    }
+
+    /// Puts every stashed message back in front of the mailbox, in the
+    /// order they were stashed; they are handled before anything newer.
+    pub fn unstash_all(&mut self) {
+        if self.stash_len() > 0 {
+            self.extras().unstash_requested = true;
+        }
+    }
+
+    pub(crate) fn take_unstash_request(&mut self) -> bool {
+        match self.extras.as_mut() {
+            Some(e) if e.unstash_requested => {
+                e.unstash_requested = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn drain_stash(&mut self) -> Vec<Box<dyn UserLetter<A>>> {
+        self.extras
+            .as_mut()
+            .map(|e| std::mem::take(&mut e.stash))
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn attach_reply_to_last_stashed(&mut self, reply: &mut dyn Any) {
+        if let Some(last) = self.extras.as_mut().and_then(|e| e.stash.last_mut()) {
+            last.attach_reply(reply);
+        }
+    }
+
+    pub(crate) fn restart_stats(&mut self) -> &mut RestartStats {
+        &mut self.extras().restarts
+    }
+
+    /// Sets (or with `None` clears) the receive timeout: after `timeout`
+    /// without any message, the actor gets [`ReceiveTimeout`], and again
+    /// after each further `timeout` of silence.
+    pub fn set_receive_timeout(&mut self, timeout: Option<Duration>)
+    where
+        A: Handler<ReceiveTimeout>,
+    {
+        let me = self.myself.clone();
+        let ext = self.extras();
+        ext.receive_timeout = timeout.map(|d| ReceiveTimeoutState::start::<A>(me, d));
+    }
+
+    /// Records activity for the receive timeout.
+    pub(crate) fn touch(&mut self) {
+        if let Some(rt) = self.extras.as_mut().and_then(|e| e.receive_timeout.as_mut()) {
+            rt.last_activity = Instant::now();
+        }
+    }
+
+    /// Cancels every timer and the receive timeout.
+    pub(crate) fn cancel_timers(&mut self) {
+        if let Some(e) = self.extras.as_mut() {
+            e.timers.clear();
+            e.receive_timeout = None;
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Errors of the actor runtime.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a `tell` was refused. The message is handed back.
+pub enum TellError<M> {
+    /// The actor has stopped; the message was recorded as a dead letter.
+    Stopped(M),
+    /// The actor's bounded mailbox is full (see `ActorRef::send` to wait for
+    /// room instead).
+    MailboxFull(M),
+}
+
+impl<M> TellError<M> {
+    /// The message that was not delivered.
+    pub fn into_message(self) -> M {
+        match self {
+            TellError::Stopped(m) | TellError::MailboxFull(m) => m,
+        }
+    }
+}
+
+impl<M> fmt::Debug for TellError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TellError::Stopped(_) => f.write_str("TellError::Stopped(..)"),
+            TellError::MailboxFull(_) => f.write_str("TellError::MailboxFull(..)"),
+        }
+    }
+}
+
+impl<M> fmt::Display for TellError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TellError::Stopped(_) => f.write_str("the actor has stopped; the message went to dead letters"),
+            TellError::MailboxFull(_) => f.write_str("the actor's bounded mailbox is full"),
+        }
+    }
+}
+
+impl<M> std::error::Error for TellError<M> {}
+
+/// Why an `ask` returned no reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskError {
+    /// No reply came within the timeout.
+    Timeout(Duration),
+    /// The actor stopped (or was already stopped, or failed while handling
+    /// the message) before replying.
+    Stopped,
+    /// The actor's bounded mailbox is full.
+    MailboxFull,
+}
+
+impl fmt::Display for AskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AskError::Timeout(d) => write!(f, "no reply within {d:?}"),
+            AskError::Stopped => f.write_str("the actor stopped before replying"),
+            AskError::MailboxFull => f.write_str("the actor's bounded mailbox is full"),
+        }
+    }
+}
+
+impl std::error::Error for AskError {}
+
+/// Why an actor could not be spawned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpawnError {
+    /// A sibling already has this name.
+    NameTaken(String),
+    /// The name is empty, starts with `$` (reserved for generated names) or
+    /// holds a character that is not allowed in a path.
+    InvalidName(String),
+    /// The parent is stopping or stopped (or the system is shutting down).
+    ParentStopped,
+    /// The factory panicked while creating the actor.
+    FactoryPanicked(String),
+}
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpawnError::NameTaken(n) => write!(f, "an actor named `{n}` already exists under this parent"),
+            SpawnError::InvalidName(n) => write!(
+                f,
+                "invalid actor name `{n}`: use letters, digits and -_.*+:@&=,!~'; and do not start with `$`"
+            ),
+            SpawnError::ParentStopped => f.write_str("the parent actor is stopping or the system is shutting down"),
+            SpawnError::FactoryPanicked(m) => write!(f, "the actor factory panicked: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+/// Why an actor system could not be created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SystemError {
+    /// The system name is not valid.
+    InvalidName(String),
+    /// A setting is out of range.
+    InvalidSetting(String),
+}
+
+impl fmt::Display for SystemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SystemError::InvalidName(n) => write!(
+                f,
+                "invalid actor system name `{n}`: use ASCII letters, digits, `-` and `_`, starting with a letter or digit"
+            ),
+            SystemError::InvalidSetting(m) => write!(f, "invalid setting: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for SystemError {}

@@ -1,0 +1,160 @@
+//! Letters: what travels through a mailbox. A letter is one allocation that
+//! holds the queue link, the message and (for an ask) the reply channel.
+
+use crate::actor::{Actor, Handler};
+use crate::context::Context;
+use crate::message::Message;
+use crate::system_message::SystemMessage;
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed handler future borrowing the actor and its context.
+pub(crate) type HandlerFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Queue link stored at the start of every letter.
+pub(crate) struct Hdr<A: 'static> {
+    /// Next letter in the chain (towards older letters while on the stack,
+    /// towards newer ones once taken into a `Batch`).
+    pub(crate) next: *mut Hdr<A>,
+    /// The fat pointer of the whole node, so that the thin link can be
+    /// turned back into a `Box<dyn Letter<A>>`.
+    pub(crate) this: *mut dyn Letter<A>,
+}
+
+/// A letter of body `L`. `repr(C)` puts the header first, so a pointer to
+/// the node is also a pointer to its header.
+#[repr(C)]
+pub(crate) struct Node<A: 'static, L> {
+    hdr: Hdr<A>,
+    pub(crate) body: L,
+}
+
+impl<A: 'static, L> Node<A, L> {
+    pub(crate) fn hdr_mut(&mut self) -> *mut Hdr<A> {
+        &mut self.hdr
+    }
+
+    pub(crate) fn new(body: L) -> Box<Self> {
+        Box::new(Node {
+            hdr: Hdr {
+                next: std::ptr::null_mut(),
+                this: std::ptr::null_mut::<Node<A, Dummy>>() as *mut dyn Letter<A>,
+            },
+            body,
+        })
+    }
+}
+
+/// Placeholder type for the null fat pointer of a fresh header.
+pub(crate) struct Dummy;
+impl<A: 'static> Letter<A> for Node<A, Dummy> {
+    fn hdr_ptr(&mut self) -> *mut Hdr<A> {
+        &mut self.hdr
+    }
+    fn open(self: Box<Self>) -> Opened<A> {
+        Opened::System(SystemMessage::Ignore)
+    }
+    fn type_name(&self) -> &'static str {
+        "()"
+    }
+}
+
+// SAFETY (for the raw pointers in `Hdr`): a node is only ever reachable from
+// one owner at a time (a producer before it is published, the mailbox, or a
+// batch), and its body is `Send`.
+unsafe impl<A: 'static, L: Send> Send for Node<A, L> {}
+
+/// What a letter turns into when the actor opens it.
+pub(crate) enum Opened<A: 'static> {
+    /// A user message: run its handler.
+    User(Box<dyn UserLetter<A>>),
+    /// A message for the runtime itself.
+    System(SystemMessage),
+}
+
+/// A letter in a mailbox.
+pub(crate) trait Letter<A: 'static>: Send {
+    /// Address of this letter's queue header.
+    fn hdr_ptr(&mut self) -> *mut Hdr<A>;
+    /// Opens the letter for delivery.
+    fn open(self: Box<Self>) -> Opened<A>;
+    /// The message's type, for dead-letter records.
+    fn type_name(&self) -> &'static str;
+}
+
+/// A user message with its handler.
+pub(crate) trait UserLetter<A: Actor>: Letter<A> {
+    /// Runs the handler, replying to the asker if there is one.
+    fn deliver<'a>(self: Box<Self>, actor: &'a mut A, ctx: &'a mut Context<A>) -> HandlerFuture<'a>;
+    /// Hands this letter the reply channel of the message that was stashed
+    /// as this letter (see [`Context::stash`]).
+    fn attach_reply(&mut self, reply: &mut dyn Any);
+}
+
+/// The body of a user message letter: the message and, for an ask, where to
+/// send the reply.
+pub(crate) struct Envelope<M: Message> {
+    pub(crate) msg: M,
+    pub(crate) reply: Option<oneshot::Sender<M::Reply>>,
+}
+
+impl<A, M> Letter<A> for Node<A, Envelope<M>>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    fn hdr_ptr(&mut self) -> *mut Hdr<A> {
+        &mut self.hdr
+    }
+    fn open(self: Box<Self>) -> Opened<A> {
+        Opened::User(self)
+    }
+    fn type_name(&self) -> &'static str {
+        M::manifest()
+    }
+}
+
+impl<A, M> UserLetter<A> for Node<A, Envelope<M>>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    fn deliver<'a>(self: Box<Self>, actor: &'a mut A, ctx: &'a mut Context<A>) -> HandlerFuture<'a> {
+        let Envelope { msg, mut reply } = self.body;
+        Box::pin(async move {
+            ctx.stashed_current = false;
+            ctx.touch();
+            let out = actor.handle(msg, ctx).await;
+            if ctx.stashed_current {
+                ctx.stashed_current = false;
+                ctx.attach_reply_to_last_stashed(&mut reply);
+            } else if let Some(tx) = reply {
+                // The asker may have given up (timeout); that is not an error.
+                let _ = tx.send(out);
+            }
+        })
+    }
+
+    fn attach_reply(&mut self, reply: &mut dyn Any) {
+        if let Some(slot) = reply.downcast_mut::<Option<oneshot::Sender<M::Reply>>>() {
+            self.body.reply = slot.take();
+        }
+    }
+}
+
+/// The body of a letter for the runtime.
+pub(crate) struct SystemLetter(pub(crate) SystemMessage);
+
+impl<A: Actor> Letter<A> for Node<A, SystemLetter> {
+    fn hdr_ptr(&mut self) -> *mut Hdr<A> {
+        &mut self.hdr
+    }
+    fn open(self: Box<Self>) -> Opened<A> {
+        Opened::System(self.body.0)
+    }
+    fn type_name(&self) -> &'static str {
+        self.body.0.name()
+    }
+}
+

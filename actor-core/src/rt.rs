@@ -1,0 +1,60 @@
+//! The one place that names the async runtime.
+//!
+//! Troupe runs on async-std (itself built on smol's `async-executor` and
+//! `async-io`). Every spawn, sleep and timer in the project goes through this
+//! module, so that moving to smol is a change to this file only.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Handle to a spawned task; awaiting it yields the task's output. Dropping
+/// it lets the task run on, detached.
+pub type JoinHandle<T> = async_std::task::JoinHandle<T>;
+
+/// A timer that completes at a deadline. Creating one is cheap; it registers
+/// with the reactor when first polled.
+pub type Timer = async_io::Timer;
+
+/// Spawns a task on the shared executor.
+pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    async_std::task::spawn(future)
+}
+
+/// Runs a future to completion on the current thread (for `main`, tests
+/// and examples).
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    async_std::task::block_on(future)
+}
+
+/// Waits for `duration`.
+pub async fn sleep(duration: Duration) {
+    async_io::Timer::after(duration).await;
+}
+
+/// A timer firing after `duration`.
+pub fn timer_after(duration: Duration) -> Timer {
+    async_io::Timer::after(duration)
+}
+
+/// A timer firing at `deadline`.
+pub fn timer_at(deadline: Instant) -> Timer {
+    async_io::Timer::at(deadline)
+}
+
+/// Lets other tasks run before continuing.
+pub async fn yield_now() {
+    futures_lite::future::yield_now().await;
+}
+
+/// Runs `future`, giving up after `duration`.
+pub async fn timeout<F: Future>(duration: Duration, future: F) -> Option<F::Output> {
+    futures_lite::future::or(async { Some(future.await) }, async {
+        sleep(duration).await;
+        None
+    })
+    .await
+}

@@ -1,0 +1,138 @@
+//! `#[handlers]`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{FnArg, ImplItem, ImplItemFn, ItemImpl, ReturnType, Type};
+
+const SIGNATURE: &str = "a handler is `async fn name(&mut self, msg: MessageType, ctx: &mut Context<Self>) -> Reply` \
+                         (`ctx` may be left out)";
+
+pub(crate) fn expand(block: ItemImpl) -> syn::Result<TokenStream> {
+    if let Some((_, path, _)) = &block.trait_ {
+        return Err(syn::Error::new_spanned(
+            path,
+            "`#[handlers]` goes on an inherent impl block (`impl MyActor { ... }`), not on a trait impl",
+        ));
+    }
+    let mut impls = Vec::new();
+    let mut errors: Option<syn::Error> = None;
+    for item in &block.items {
+        if let ImplItem::Fn(f) = item {
+            match handler_impl(&block, f) {
+                Ok(ts) => impls.push(ts),
+                Err(e) => match &mut errors {
+                    Some(all) => all.combine(e),
+                    None => errors = Some(e),
+                },
+            }
+        }
+    }
+    if let Some(e) = errors {
+        return Err(e);
+    }
+    Ok(quote! {
+        #block
+        #(#impls)*
+    })
+}
+
+fn handler_impl(block: &ItemImpl, f: &ImplItemFn) -> syn::Result<TokenStream> {
+    let sig = &f.sig;
+    let name = &sig.ident;
+    if sig.asyncness.is_none() {
+        return Err(syn::Error::new(
+            sig.fn_token.span(),
+            format!("handler `{name}` must be an `async fn`: write `async fn {name}(...)`"),
+        ));
+    }
+    if !sig.generics.params.is_empty() {
+        return Err(syn::Error::new_spanned(&sig.generics, "handlers cannot be generic"));
+    }
+    let mut inputs = sig.inputs.iter();
+    match inputs.next() {
+        Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_some() => {}
+        Some(other) => {
+            return Err(syn::Error::new_spanned(
+                other,
+                format!("handler `{name}` must take `&mut self` first; {SIGNATURE}"),
+            ))
+        }
+        None => {
+            return Err(syn::Error::new(
+                sig.paren_token.span.join(),
+                format!("handler `{name}` takes no arguments; {SIGNATURE}"),
+            ))
+        }
+    }
+    let msg_ty: Type = match inputs.next() {
+        Some(FnArg::Typed(t)) => (*t.ty).clone(),
+        Some(other) => return Err(syn::Error::new_spanned(other, SIGNATURE)),
+        None => {
+            return Err(syn::Error::new(
+                sig.paren_token.span.join(),
+                format!("handler `{name}` has no message parameter; {SIGNATURE}"),
+            ))
+        }
+    };
+    if let Type::Reference(r) = &msg_ty {
+        return Err(syn::Error::new_spanned(
+            r,
+            "the message is passed by value: take `msg: MessageType`, not a reference",
+        ));
+    }
+    let with_ctx = match inputs.next() {
+        None => false,
+        Some(FnArg::Typed(t)) if is_context_ref(&t.ty) => true,
+        Some(other) => {
+            return Err(syn::Error::new_spanned(
+                other,
+                format!("the third parameter of handler `{name}` must be `ctx: &mut Context<Self>`; {SIGNATURE}"),
+            ))
+        }
+    };
+    if let Some(extra) = inputs.next() {
+        return Err(syn::Error::new_spanned(
+            extra,
+            format!("handler `{name}` has too many parameters; {SIGNATURE}"),
+        ));
+    }
+    let (ret_ty, ret_span): (TokenStream, Span) = match &sig.output {
+        ReturnType::Default => (quote!(()), sig.ident.span()),
+        ReturnType::Type(_, t) => (quote!(#t), t.span()),
+    };
+    let self_ty = &block.self_ty;
+    let (impl_generics, _, where_clause) = block.generics.split_for_impl();
+    let call = if with_ctx {
+        quote!(Self::#name(self, msg, ctx))
+    } else {
+        quote!({ let _ = ctx; Self::#name(self, msg) })
+    };
+    let convert = quote_spanned! {ret_span=>
+        ::troupe_core::__private::reply_from::<#msg_ty, #ret_ty>
+    };
+    Ok(quote! {
+        impl #impl_generics ::troupe_core::Handler<#msg_ty> for #self_ty #where_clause {
+            #[allow(clippy::manual_async_fn)]
+            fn handle(
+                &mut self,
+                msg: #msg_ty,
+                ctx: &mut ::troupe_core::Context<Self>,
+            ) -> impl ::core::future::Future<Output = <#msg_ty as ::troupe_core::Message>::Reply> + ::core::marker::Send {
+                let fut = #call;
+                async move { #convert(fut.await) }
+            }
+        }
+    })
+}
+
+/// True for `&mut Context<Self>` (any path ending in `Context`).
+fn is_context_ref(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) if r.mutability.is_some() => match &*r.elem {
+            Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Context"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
