@@ -462,11 +462,13 @@ impl<A: Actor> ActorCell<A> {
         let throughput = self.core.system.settings.throughput;
         let mut handled = 0usize;
         loop {
-            if self.core.status.load(Ordering::Relaxed) & STOP_REQUESTED != 0 {
+            // `started` always runs before a stop takes effect, as in Akka.
+            let starting = matches!(st.phase, Phase::Start);
+            if !starting && self.core.status.load(Ordering::Relaxed) & STOP_REQUESTED != 0 {
                 self.core.status.fetch_or(STOPPING, Ordering::SeqCst);
                 self.core.status.fetch_and(!(STOP_REQUESTED | SUSPENDED), Ordering::SeqCst);
                 match st.phase {
-                    Phase::Start | Phase::Run | Phase::Backoff | Phase::Recreate => {
+                    Phase::Run | Phase::Backoff | Phase::Recreate => {
                         st.phase = Phase::Stopping(StopReason::Stopped);
                     }
                     Phase::Restarting(_) | Phase::AwaitChildren(After::Restart(_)) => {

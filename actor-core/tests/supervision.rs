@@ -1,0 +1,281 @@
+//! Supervision: restart with fresh state, backoff, limits, resume, stop,
+//! escalate.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+use troupe_core::prelude::*;
+use troupe_core::{rt, Backoff, Props, SupervisorStrategy};
+
+#[derive(Message)]
+#[message(reply = u64)]
+struct Bump;
+
+#[derive(Message)]
+struct Crash;
+
+/// Counts bumps; reports every start to the test.
+struct Worker {
+    count: u64,
+    events: async_channel::Sender<(&'static str, Instant)>,
+}
+
+impl Actor for Worker {
+    async fn started(&mut self, _ctx: &mut Context<Self>) {
+        let _ = self.events.try_send(("started", Instant::now()));
+    }
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        let _ = self.events.try_send(("stopped", Instant::now()));
+    }
+}
+
+#[handlers]
+impl Worker {
+    async fn bump(&mut self, _msg: Bump) -> u64 {
+        self.count += 1;
+        self.count
+    }
+    async fn crash(&mut self, _msg: Crash) {
+        panic!("boom (expected by the test)");
+    }
+}
+
+fn worker_props(tx: async_channel::Sender<(&'static str, Instant)>) -> Props<Worker> {
+    Props::from_factory(move || Worker {
+        count: 0,
+        events: tx.clone(),
+    })
+}
+
+struct Watcher {
+    target: AnyActorRef,
+    out: async_channel::Sender<Terminated>,
+}
+impl Actor for Watcher {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        let t = self.target.clone();
+        ctx.watch_any(&t);
+    }
+}
+#[handlers]
+impl Watcher {
+    async fn terminated(&mut self, t: Terminated) {
+        let _ = self.out.try_send(t);
+    }
+}
+
+#[test]
+fn panic_restarts_with_fresh_state() {
+    init_logging();
+    rt::block_on(async {
+        let system = ActorSystem::new("restart").unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let w = system.spawn_props(worker_props(tx)).unwrap();
+        assert_eq!(next(&rx).await.0, "started");
+        assert_eq!(w.ask(Bump).await.unwrap(), 1);
+        assert_eq!(w.ask(Bump).await.unwrap(), 2);
+        w.tell(Crash).unwrap();
+        assert_eq!(next(&rx).await.0, "stopped", "old instance's hook runs");
+        assert_eq!(next(&rx).await.0, "started", "new instance's hook runs");
+        assert_eq!(w.ask(Bump).await.unwrap(), 1, "state is fresh");
+        assert!(!w.is_terminated());
+        system.shutdown().await;
+    });
+}
+
+#[test]
+fn messages_queued_behind_a_crash_are_kept() {
+    rt::block_on(async {
+        let system = ActorSystem::new("keep").unwrap();
+        let (tx, _rx) = async_channel::unbounded();
+        let w = system.spawn_props(worker_props(tx)).unwrap();
+        w.tell(Crash).unwrap();
+        for _ in 0..10 {
+            w.tell(Bump).unwrap();
+        }
+        assert_eq!(within("ask", w.ask(Bump)).await.unwrap(), 11);
+        system.shutdown().await;
+    });
+}
+
+#[test]
+fn backoff_delays_grow_within_bounds() {
+    rt::block_on(async {
+        let system = ActorSystem::new("backoff").unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let min = Duration::from_millis(100);
+        let backoff = Backoff::exponential(min, Duration::from_secs(2)).with_random_factor(0.0);
+        let w = system
+            .spawn_props(worker_props(tx).with_supervisor(SupervisorStrategy::restart().with_backoff(backoff)))
+            .unwrap();
+        assert_eq!(next(&rx).await.0, "started");
+        let mut delays = Vec::new();
+        for _ in 0..3 {
+            w.tell(Crash).unwrap();
+            let (e, stopped_at) = next(&rx).await;
+            assert_eq!(e, "stopped");
+            let (e, started_at) = next(&rx).await;
+            assert_eq!(e, "started");
+            delays.push(started_at - stopped_at);
+        }
+        // 100 ms, 200 ms, 400 ms; allow scheduling slack above, none below.
+        for (i, d) in delays.iter().enumerate() {
+            let expected = min * (1 << i);
+            assert!(*d >= expected, "restart {i} after {d:?}, expected at least {expected:?}");
+            assert!(*d < expected + Duration::from_millis(500), "restart {i} after {d:?}, expected about {expected:?}");
+        }
+        // Messages sent during a backoff wait and are handled after it.
+        w.tell(Crash).unwrap();
+        assert_eq!(within("ask after backoff", w.ask(Bump)).await.unwrap(), 1);
+        system.shutdown().await;
+    });
+}
+
+#[test]
+fn restart_limit_exceeded_stops_and_notifies_watchers() {
+    rt::block_on(async {
+        let system = ActorSystem::new("limit").unwrap();
+        let (tx, _rx) = async_channel::unbounded();
+        let strategy = SupervisorStrategy::restart().with_limit(2, Duration::from_secs(60));
+        let w = system.spawn_props(worker_props(tx).with_supervisor(strategy)).unwrap();
+        let (ttx, trx) = async_channel::unbounded();
+        system.spawn(Watcher {
+            target: w.to_any(),
+            out: ttx,
+        });
+        // Make sure the watch is registered before the crashes.
+        assert_eq!(w.ask(Bump).await.unwrap(), 1);
+        for _ in 0..3 {
+            let _ = w.tell(Crash);
+        }
+        let t = next(&trx).await;
+        assert_eq!(t.actor, w.to_any());
+        match t.reason {
+            StopReason::Failed(why) => assert!(why.contains("more than 2 restarts"), "{why}"),
+            other => panic!("expected a failure, got {other:?}"),
+        }
+        assert!(w.is_terminated());
+        system.shutdown().await;
+    });
+}
+
+#[test]
+fn resume_keeps_state() {
+    rt::block_on(async {
+        let system = ActorSystem::new("resume").unwrap();
+        let (tx, _rx) = async_channel::unbounded();
+        let w = system
+            .spawn_props(worker_props(tx).with_supervisor(SupervisorStrategy::resume()))
+            .unwrap();
+        assert_eq!(w.ask(Bump).await.unwrap(), 1);
+        w.tell(Crash).unwrap();
+        assert_eq!(w.ask(Bump).await.unwrap(), 2);
+        system.shutdown().await;
+    });
+}
+
+#[test]
+fn stop_strategy_stops_with_the_failure() {
+    rt::block_on(async {
+        let system = ActorSystem::new("stopstrat").unwrap();
+        let (tx, _rx) = async_channel::unbounded();
+        let w = system
+            .spawn_props(worker_props(tx).with_supervisor(SupervisorStrategy::stop()))
+            .unwrap();
+        let (ttx, trx) = async_channel::unbounded();
+        system.spawn(Watcher {
+            target: w.to_any(),
+            out: ttx,
+        });
+        assert_eq!(w.ask(Bump).await.unwrap(), 1);
+        w.tell(Crash).unwrap();
+        let t = next(&trx).await;
+        assert!(matches!(t.reason, StopReason::Failed(ref m) if m.contains("boom")), "{:?}", t.reason);
+        system.shutdown().await;
+    });
+}
+
+#[test]
+fn a_value_spawned_actor_cannot_restart_and_stops() {
+    rt::block_on(async {
+        let system = ActorSystem::new("value").unwrap();
+        let (tx, _rx) = async_channel::unbounded();
+        let w = system.spawn(Worker { count: 0, events: tx });
+        w.tell(Crash).unwrap();
+        within("termination", w.wait_for_termination()).await;
+        system.shutdown().await;
+    });
+}
+
+/// A parent whose child escalates; the parent restarts (fresh state) and so
+/// re-creates its child.
+struct Boss {
+    generation: u64,
+    events: async_channel::Sender<u64>,
+}
+impl Actor for Boss {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        let (tx, _rx) = async_channel::unbounded();
+        ctx.spawn_props(
+            worker_props(tx)
+                .with_name("worker")
+                .with_supervisor(SupervisorStrategy::escalate()),
+        )
+        .unwrap();
+        let _ = self.events.try_send(self.generation);
+    }
+}
+
+#[test]
+fn escalate_fails_the_parent() {
+    rt::block_on(async {
+        let system = ActorSystem::new("escalate").unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let mut generation = 0;
+        let boss = system
+            .spawn_props(Props::from_factory(move || {
+                generation += 1;
+                Boss {
+                    generation,
+                    events: tx.clone(),
+                }
+            }))
+            .unwrap();
+        assert_eq!(next(&rx).await, 1);
+        let worker = system.lookup::<Worker>("/user/$0/worker").or_else(|| {
+            system
+                .lookup_any(&format!("{}/worker", boss.path()))
+                .and_then(|a| a.downcast())
+        });
+        let worker = worker.expect("child exists");
+        worker.tell(Crash).unwrap();
+        assert_eq!(next(&rx).await, 2, "parent restarted from its factory");
+        within("old child stopped", worker.wait_for_termination()).await;
+        eventually("new child", || {
+            system
+                .lookup_any(&format!("{}/worker", boss.path()))
+                .is_some_and(|w| w.uid() != worker.uid())
+        })
+        .await;
+        system.shutdown().await;
+    });
+}
+
+#[test]
+fn a_panic_does_not_disturb_other_actors() {
+    rt::block_on(async {
+        let system = ActorSystem::new("isolation").unwrap();
+        let (tx, _rx) = async_channel::unbounded();
+        let victim = system
+            .spawn_props(worker_props(tx.clone()).with_supervisor(SupervisorStrategy::stop()))
+            .unwrap();
+        let bystander = system.spawn_props(worker_props(tx)).unwrap();
+        for _ in 0..100 {
+            let _ = victim.tell(Crash);
+            bystander.tell(Bump).unwrap();
+        }
+        assert_eq!(bystander.ask(Bump).await.unwrap(), 101);
+        system.shutdown().await;
+    });
+}
