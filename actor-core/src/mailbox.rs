@@ -212,3 +212,126 @@ impl<A: 'static> Drop for Batch<A> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::letter::{Hdr, Letter, Node, Opened};
+    use crate::system_message::SystemMessage;
+
+    /// A test letter whose "type name" is its sequence label.
+    struct Label(&'static str);
+
+    impl Letter<()> for Node<(), Label> {
+        fn hdr_ptr(&mut self) -> *mut Hdr<()> {
+            self.hdr_mut()
+        }
+        fn open(self: Box<Self>) -> Opened<()> {
+            Opened::System(SystemMessage::Ignore)
+        }
+        fn type_name(&self) -> &'static str {
+            self.body.0
+        }
+    }
+
+    const LABELS: [&str; 8] = ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"];
+
+    fn drain(batch: &mut Batch<()>, out: &mut Vec<&'static str>) {
+        while let Some(l) = batch.pop() {
+            out.push(l.type_name());
+        }
+    }
+
+    fn check_order(seen: &[&'static str], per_producer: usize) {
+        for p in ["a", "b"] {
+            let mine: Vec<_> = seen.iter().filter(|s| s.starts_with(p)).collect();
+            assert_eq!(mine.len(), per_producer, "{seen:?}");
+            assert!(mine.windows(2).all(|w| w[0] < w[1]), "producer {p} out of order: {seen:?}");
+        }
+    }
+
+    #[cfg(not(troupe_loom))]
+    #[test]
+    fn fifo_push_front_append_and_close() {
+        let mb: Mailbox<()> = Mailbox::new();
+        for l in &LABELS[..3] {
+            assert!(mb.push(Node::new(Label(l))).is_ok());
+        }
+        let mut b = mb.take_all();
+        let first = b.pop().unwrap();
+        b.push_front(first);
+        assert!(mb.push(Node::new(Label("a3"))).is_ok());
+        b.append(mb.take_all());
+        let mut seen = Vec::new();
+        drain(&mut b, &mut seen);
+        assert_eq!(seen, ["a0", "a1", "a2", "a3"]);
+        assert!(mb.is_empty());
+        assert!(mb.push(Node::new(Label("b0"))).is_ok());
+        let mut rest = mb.close();
+        assert!(mb.push(Node::new(Label("b1"))).is_err(), "closed mailbox refuses");
+        let mut seen = Vec::new();
+        drain(&mut rest, &mut seen);
+        assert_eq!(seen, ["b0"]);
+        assert!(mb.take_all().pop().is_none());
+    }
+
+    #[cfg(not(troupe_loom))]
+    #[test]
+    fn concurrent_producers_keep_their_order() {
+        use std::sync::Arc;
+        let mb: Arc<Mailbox<()>> = Arc::new(Mailbox::new());
+        const N: usize = 20_000;
+        let labels: Vec<&'static str> = (0..N * 2)
+            .map(|i| &*Box::leak(format!("{}{:08}", if i < N { "a" } else { "b" }, i % N).into_boxed_str()))
+            .collect();
+        let producers: Vec<_> = [0, N]
+            .into_iter()
+            .map(|off| {
+                let mb = mb.clone();
+                let labels = labels.clone();
+                std::thread::spawn(move || {
+                    for l in &labels[off..off + N] {
+                        assert!(mb.push(Node::new(Label(l))).is_ok());
+                    }
+                })
+            })
+            .collect();
+        let mut seen = Vec::new();
+        while seen.len() < 2 * N {
+            drain(&mut mb.take_all(), &mut seen);
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+        check_order(&seen, N);
+    }
+
+    /// Model-checks push / take_all / close under every interleaving:
+    /// `RUSTFLAGS="--cfg troupe_loom" cargo test -p troupe-core --lib mailbox`.
+    #[cfg(troupe_loom)]
+    #[test]
+    fn loom_two_producers_one_consumer() {
+        use loom::sync::Arc;
+        loom::model(|| {
+            let mb: Arc<Mailbox<()>> = Arc::new(Mailbox::new());
+            let producers: Vec<_> = [0usize, 4]
+                .into_iter()
+                .map(|off| {
+                    let mb = mb.clone();
+                    loom::thread::spawn(move || {
+                        for l in &LABELS[off..off + 2] {
+                            assert!(mb.push(Node::new(Label(l))).is_ok());
+                        }
+                    })
+                })
+                .collect();
+            let mut seen = Vec::new();
+            drain(&mut mb.take_all(), &mut seen);
+            for p in producers {
+                p.join().unwrap();
+            }
+            drain(&mut mb.close(), &mut seen);
+            check_order(&seen, 2);
+        });
+    }
+}

@@ -1,7 +1,7 @@
 //! Atomics used by the lock-free parts of the runtime, swapped for loom's
-//! model-checked versions under `--cfg loom`.
+//! model-checked versions under `--cfg troupe_loom`.
 
-#[cfg(loom)]
+#[cfg(troupe_loom)]
 pub(crate) use loom::sync::atomic::{AtomicPtr, Ordering};
-#[cfg(not(loom))]
+#[cfg(not(troupe_loom))]
 pub(crate) use std::sync::atomic::{AtomicPtr, Ordering};

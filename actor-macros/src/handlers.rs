@@ -108,8 +108,12 @@ fn handler_impl(block: &ItemImpl, f: &ImplItemFn) -> syn::Result<TokenStream> {
     } else {
         quote!({ let _ = ctx; Self::#name(self, msg) })
     };
+    // Every token of the check carries the span of the user's return type,
+    // so a mismatch is reported there.
+    let msg_ty_at_ret = respan(quote!(#msg_ty), ret_span);
+    let ret_ty_at_ret = respan(ret_ty.clone(), ret_span);
     let convert = quote_spanned! {ret_span=>
-        ::troupe_core::__private::reply_from::<#msg_ty, #ret_ty>
+        ::troupe_core::__private::reply_from::<#msg_ty_at_ret, #ret_ty_at_ret>
     };
     Ok(quote! {
         impl #impl_generics ::troupe_core::Handler<#msg_ty> for #self_ty #where_clause {
@@ -135,4 +139,20 @@ fn is_context_ref(ty: &Type) -> bool {
         },
         _ => false,
     }
+}
+
+/// Gives every token of `ts` the span `span`.
+fn respan(ts: TokenStream, span: Span) -> TokenStream {
+    ts.into_iter()
+        .map(|mut tt| {
+            if let proc_macro2::TokenTree::Group(g) = &tt {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                tt = proc_macro2::TokenTree::Group(group);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
 }

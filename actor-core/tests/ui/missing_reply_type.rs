@@ -1,0 +1,7 @@
+use troupe_core::prelude::*;
+
+#[derive(Message)]
+#[message(reply)]
+struct Get;
+
+fn main() {}
