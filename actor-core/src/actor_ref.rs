@@ -2,14 +2,14 @@
 
 use crate::actor::{Actor, Handler};
 use crate::cell::{ActorCell, AnyCell, CellCore};
+use crate::context::Context;
 use crate::error::{AskError, TellError};
-use crate::letter::{Envelope, Hdr, HandlerFuture, Letter, Node, Opened, UserLetter};
+use crate::letter::{Envelope, HandlerFuture, Hdr, Letter, Node, Opened, UserLetter};
 use crate::message::Message;
 use crate::path::ActorPath;
 use crate::rt;
 use crate::system_message::SystemMessage;
 use crate::watch::Terminated;
-use crate::context::Context;
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
@@ -84,7 +84,12 @@ impl<A: Actor> fmt::Display for ActorRef<A> {
 
 impl<A: Actor> fmt::Debug for ActorRef<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ActorRef({}#{})", self.cell.core.path(), self.cell.core.uid)
+        write!(
+            f,
+            "ActorRef({}#{})",
+            self.cell.core.path(),
+            self.cell.core.uid
+        )
     }
 }
 
@@ -134,6 +139,7 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
+    #[allow(clippy::boxed_local)] // the box is what the mailbox hands back
     fn undeliverable<M: Message>(&self, node: Box<Node<A, Envelope<M>>>) -> M
     where
         A: Handler<M>,
@@ -169,7 +175,10 @@ impl<A: Actor> ActorRef<A> {
             }
         }
         let (tx, rx) = oneshot::channel();
-        match self.cell.enqueue(Node::new(Envelope { msg, reply: Some(tx) })) {
+        match self.cell.enqueue(Node::new(Envelope {
+            msg,
+            reply: Some(tx),
+        })) {
             Ok(()) => Ask {
                 state: AskState::Waiting {
                     rx,
@@ -249,7 +258,11 @@ impl<A: Handler<Terminated>> Letter<A> for Node<A, TerminatedLetter> {
 }
 
 impl<A: Handler<Terminated>> UserLetter<A> for Node<A, TerminatedLetter> {
-    fn deliver<'a>(self: Box<Self>, actor: &'a mut A, ctx: &'a mut Context<A>) -> HandlerFuture<'a> {
+    fn deliver<'a>(
+        self: Box<Self>,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> HandlerFuture<'a> {
         let t = self.body.0;
         let wanted = ctx.take_watch(t.actor.uid());
         Box::pin(async move {
@@ -369,7 +382,8 @@ impl AnyActorRef {
 
 impl PartialEq for AnyActorRef {
     fn eq(&self, other: &Self) -> bool {
-        self.uid() == other.uid() && std::ptr::addr_eq(Arc::as_ptr(&self.cell), Arc::as_ptr(&other.cell))
+        self.uid() == other.uid()
+            && std::ptr::addr_eq(Arc::as_ptr(&self.cell), Arc::as_ptr(&other.cell))
     }
 }
 impl Eq for AnyActorRef {}

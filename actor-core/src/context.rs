@@ -87,7 +87,6 @@ impl<A: Actor> Context<A> {
             myself,
             stashed_current: false,
             extras: None,
-
         }
     }
 
@@ -162,13 +161,20 @@ impl<A: Actor> Context<A> {
         A: Handler<Terminated>,
     {
         let target = other.uid();
-        if self.extras().watching.insert(target, other.clone()).is_some() {
+        if self
+            .extras()
+            .watching
+            .insert(target, other.clone())
+            .is_some()
+        {
             return;
         }
         let me = self.myself.clone();
         let watcher = me.uid();
         let notify: Notifier = Box::new(move |t: Terminated| me.deliver_terminated(t));
-        if let Err(SystemMessage::Watch { notify, .. }) = other.send_system(SystemMessage::Watch { watcher, notify }) {
+        if let Err(SystemMessage::Watch { notify, .. }) =
+            other.send_system(SystemMessage::Watch { watcher, notify })
+        {
             notify(Terminated {
                 actor: other.clone(),
                 reason: other.core().final_reason(),
@@ -283,7 +289,11 @@ impl<A: Actor> Context<A> {
 
     /// Records activity for the receive timeout.
     pub(crate) fn touch(&mut self) {
-        if let Some(rt) = self.extras.as_mut().and_then(|e| e.receive_timeout.as_mut()) {
+        if let Some(rt) = self
+            .extras
+            .as_mut()
+            .and_then(|e| e.receive_timeout.as_mut())
+        {
             rt.last_activity = Instant::now();
         }
     }

@@ -33,7 +33,9 @@ impl<M> fmt::Debug for TellError<M> {
 impl<M> fmt::Display for TellError<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TellError::Stopped(_) => f.write_str("the actor has stopped; the message went to dead letters"),
+            TellError::Stopped(_) => {
+                f.write_str("the actor has stopped; the message went to dead letters")
+            }
             TellError::MailboxFull(_) => f.write_str("the actor's bounded mailbox is full"),
         }
     }

@@ -86,7 +86,8 @@ pub(crate) trait Letter<A: 'static>: Send {
 /// A user message with its handler.
 pub(crate) trait UserLetter<A: Actor>: Letter<A> {
     /// Runs the handler, replying to the asker if there is one.
-    fn deliver<'a>(self: Box<Self>, actor: &'a mut A, ctx: &'a mut Context<A>) -> HandlerFuture<'a>;
+    fn deliver<'a>(self: Box<Self>, actor: &'a mut A, ctx: &'a mut Context<A>)
+        -> HandlerFuture<'a>;
     /// Hands this letter the reply channel of the message that was stashed
     /// as this letter (see [`Context::stash`]).
     fn attach_reply(&mut self, reply: &mut dyn Any);
@@ -120,7 +121,11 @@ where
     A: Handler<M>,
     M: Message,
 {
-    fn deliver<'a>(self: Box<Self>, actor: &'a mut A, ctx: &'a mut Context<A>) -> HandlerFuture<'a> {
+    fn deliver<'a>(
+        self: Box<Self>,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> HandlerFuture<'a> {
         let Envelope { msg, mut reply } = self.body;
         Box::pin(async move {
             ctx.stashed_current = false;
@@ -157,4 +162,3 @@ impl<A: Actor> Letter<A> for Node<A, SystemLetter> {
         self.body.0.name()
     }
 }
-

@@ -84,7 +84,7 @@ pub mod __private {
 /// Everything needed to write actors: `use troupe_core::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        handlers, Actor, ActorRef, ActorSystem, AnyActorRef, Context, Handler, Message, ReceiveTimeout,
-        StopReason, Terminated,
+        handlers, Actor, ActorRef, ActorSystem, AnyActorRef, Context, Handler, Message,
+        ReceiveTimeout, StopReason, Terminated,
     };
 }

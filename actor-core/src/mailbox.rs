@@ -246,7 +246,10 @@ mod tests {
         for p in ["a", "b"] {
             let mine: Vec<_> = seen.iter().filter(|s| s.starts_with(p)).collect();
             assert_eq!(mine.len(), per_producer, "{seen:?}");
-            assert!(mine.windows(2).all(|w| w[0] < w[1]), "producer {p} out of order: {seen:?}");
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "producer {p} out of order: {seen:?}"
+            );
         }
     }
 
@@ -268,7 +271,10 @@ mod tests {
         assert!(mb.is_empty());
         assert!(mb.push(Node::new(Label("b0"))).is_ok());
         let mut rest = mb.close();
-        assert!(mb.push(Node::new(Label("b1"))).is_err(), "closed mailbox refuses");
+        assert!(
+            mb.push(Node::new(Label("b1"))).is_err(),
+            "closed mailbox refuses"
+        );
         let mut seen = Vec::new();
         drain(&mut rest, &mut seen);
         assert_eq!(seen, ["b0"]);
@@ -282,7 +288,11 @@ mod tests {
         let mb: Arc<Mailbox<()>> = Arc::new(Mailbox::new());
         const N: usize = 20_000;
         let labels: Vec<&'static str> = (0..N * 2)
-            .map(|i| &*Box::leak(format!("{}{:08}", if i < N { "a" } else { "b" }, i % N).into_boxed_str()))
+            .map(|i| {
+                &*Box::leak(
+                    format!("{}{:08}", if i < N { "a" } else { "b" }, i % N).into_boxed_str(),
+                )
+            })
             .collect();
         let producers: Vec<_> = [0, N]
             .into_iter()

@@ -173,7 +173,9 @@ impl RestartStats {
         let delay = match &policy.backoff {
             None => Duration::ZERO,
             Some(b) => {
-                let calm = self.last_restart.is_some_and(|t| now.duration_since(t) > b.max + b.max);
+                let calm = self
+                    .last_restart
+                    .is_some_and(|t| now.duration_since(t) > b.max + b.max);
                 if calm {
                     self.consecutive = 0;
                 }
@@ -192,7 +194,8 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_caps() {
-        let b = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1)).with_random_factor(0.0);
+        let b = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1))
+            .with_random_factor(0.0);
         assert_eq!(b.delay(1), Duration::from_millis(100));
         assert_eq!(b.delay(2), Duration::from_millis(200));
         assert_eq!(b.delay(3), Duration::from_millis(400));
@@ -202,10 +205,14 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_factor() {
-        let b = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1)).with_random_factor(0.5);
+        let b = Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1))
+            .with_random_factor(0.5);
         for _ in 0..1000 {
             let d = b.delay(1);
-            assert!(d >= Duration::from_millis(100) && d <= Duration::from_millis(150), "{d:?}");
+            assert!(
+                d >= Duration::from_millis(100) && d <= Duration::from_millis(150),
+                "{d:?}"
+            );
         }
     }
 
@@ -218,11 +225,23 @@ mod tests {
         };
         let mut s = RestartStats::default();
         let t0 = Instant::now();
-        assert!(matches!(s.decide(&policy, t0), RestartDecision::RestartAfter(_)));
-        assert!(matches!(s.decide(&policy, t0), RestartDecision::RestartAfter(_)));
-        assert!(matches!(s.decide(&policy, t0), RestartDecision::LimitExceeded(2)));
+        assert!(matches!(
+            s.decide(&policy, t0),
+            RestartDecision::RestartAfter(_)
+        ));
+        assert!(matches!(
+            s.decide(&policy, t0),
+            RestartDecision::RestartAfter(_)
+        ));
+        assert!(matches!(
+            s.decide(&policy, t0),
+            RestartDecision::LimitExceeded(2)
+        ));
         // A new window allows restarts again.
         let later = t0 + Duration::from_secs(11);
-        assert!(matches!(s.decide(&policy, later), RestartDecision::RestartAfter(_)));
+        assert!(matches!(
+            s.decide(&policy, later),
+            RestartDecision::RestartAfter(_)
+        ));
     }
 }

@@ -42,10 +42,14 @@ impl Default for SystemSettings {
 impl SystemSettings {
     fn validate(&self) -> Result<(), SystemError> {
         if self.throughput == 0 {
-            return Err(SystemError::InvalidSetting("throughput must be at least 1".into()));
+            return Err(SystemError::InvalidSetting(
+                "throughput must be at least 1".into(),
+            ));
         }
         if self.ask_timeout.is_zero() {
-            return Err(SystemError::InvalidSetting("ask_timeout must be more than zero".into()));
+            return Err(SystemError::InvalidSetting(
+                "ask_timeout must be more than zero".into(),
+            ));
         }
         Ok(())
     }
@@ -103,7 +107,9 @@ pub struct ActorSystem {
 
 impl fmt::Debug for ActorSystem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ActorSystem").field("name", &self.shared.name).finish()
+        f.debug_struct("ActorSystem")
+            .field("name", &self.shared.name)
+            .finish()
     }
 }
 
@@ -116,15 +122,23 @@ impl ActorSystem {
 
     /// Creates a system with these settings.
     pub fn with_settings(name: &str, settings: SystemSettings) -> Result<Self, SystemError> {
-        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !valid {
             return Err(SystemError::InvalidName(name.to_string()));
         }
         settings.validate()?;
         let shared = Arc::new(SystemShared {
             name: name.to_string(),
-            dead_letters: DeadLetterOffice::new(settings.dead_letter_log_limit, settings.dead_letter_log_window),
+            dead_letters: DeadLetterOffice::new(
+                settings.dead_letter_log_limit,
+                settings.dead_letter_log_window,
+            ),
             settings,
             next_uid: AtomicU64::new(fastrand::u64(1..u64::MAX / 2)),
             next_name: AtomicU64::new(0),

@@ -39,8 +39,12 @@ async fn elapsed(delay: Duration, cancel: &mut oneshot::Receiver<()>) -> bool {
 impl<A: Actor> Context<A> {
     /// Sends `msg` to this actor once, after `delay`. Starting a timer with
     /// a key that is in use replaces that timer.
-    pub fn start_single_timer<M: Message>(&mut self, key: impl Into<String>, msg: M, delay: Duration)
-    where
+    pub fn start_single_timer<M: Message>(
+        &mut self,
+        key: impl Into<String>,
+        msg: M,
+        delay: Duration,
+    ) where
         A: Handler<M>,
     {
         let key_for_task = key.into();
@@ -59,8 +63,12 @@ impl<A: Actor> Context<A> {
 
     /// Sends a clone of `msg` to this actor every `interval` (the first
     /// after one `interval`) until cancelled or stopped.
-    pub fn start_periodic_timer<M: Message + Clone>(&mut self, key: impl Into<String>, msg: M, interval: Duration)
-    where
+    pub fn start_periodic_timer<M: Message + Clone>(
+        &mut self,
+        key: impl Into<String>,
+        msg: M,
+        interval: Duration,
+    ) where
         A: Handler<M>,
     {
         let key_for_task = key.into();
@@ -91,7 +99,8 @@ impl<A: Actor> Context<A> {
     /// True while the timer with this key is pending (a single timer stops
     /// being active once its message is handled).
     pub fn is_timer_active(&mut self, key: &str) -> bool {
-        self.extras_if_any().is_some_and(|e| e.timers.contains_key(key))
+        self.extras_if_any()
+            .is_some_and(|e| e.timers.contains_key(key))
     }
 
     fn new_timer(&mut self, key: String, periodic: bool) -> (u64, oneshot::Receiver<()>) {
@@ -131,8 +140,16 @@ impl<A: Handler<M>, M: Message> Letter<A> for Node<A, TimerLetter<M>> {
 }
 
 impl<A: Handler<M>, M: Message> UserLetter<A> for Node<A, TimerLetter<M>> {
-    fn deliver<'a>(self: Box<Self>, actor: &'a mut A, ctx: &'a mut Context<A>) -> HandlerFuture<'a> {
-        let TimerLetter { key, generation, msg } = self.body;
+    fn deliver<'a>(
+        self: Box<Self>,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> HandlerFuture<'a> {
+        let TimerLetter {
+            key,
+            generation,
+            msg,
+        } = self.body;
         let current = match ctx.extras_if_any() {
             Some(e) => match e.timers.get(&key) {
                 Some(t) if t.generation == generation => {
@@ -178,7 +195,11 @@ impl ReceiveTimeoutState {
 }
 
 /// Starts the task that checks for idleness after `wait`.
-fn spawn_check<A: Handler<ReceiveTimeout>>(me: ActorRef<A>, id: u64, wait: Duration) -> oneshot::Sender<()> {
+fn spawn_check<A: Handler<ReceiveTimeout>>(
+    me: ActorRef<A>,
+    id: u64,
+    wait: Duration,
+) -> oneshot::Sender<()> {
     let (tx, mut rx) = oneshot::channel();
     rt::spawn(async move {
         if elapsed(wait, &mut rx).await {
@@ -206,7 +227,11 @@ impl<A: Handler<ReceiveTimeout>> Letter<A> for Node<A, ReceiveTimeoutCheck> {
 }
 
 impl<A: Handler<ReceiveTimeout>> UserLetter<A> for Node<A, ReceiveTimeoutCheck> {
-    fn deliver<'a>(self: Box<Self>, actor: &'a mut A, ctx: &'a mut Context<A>) -> HandlerFuture<'a> {
+    fn deliver<'a>(
+        self: Box<Self>,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> HandlerFuture<'a> {
         let me = ctx.myself().clone();
         let fire = match ctx.extras_if_any().and_then(|e| e.receive_timeout.as_mut()) {
             Some(rt) if rt.id == self.body.id => {

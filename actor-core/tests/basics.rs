@@ -78,8 +78,15 @@ fn messages_from_one_sender_keep_their_order() {
         let seen = within("ask", counter.ask(Seen)).await.unwrap();
         assert_eq!(seen.len(), 40_000);
         for s in 0..4u64 {
-            let mine: Vec<u64> = seen.iter().copied().filter(|v| v / 1_000_000 == s).collect();
-            assert!(mine.windows(2).all(|w| w[0] < w[1]), "sender {s} out of order");
+            let mine: Vec<u64> = seen
+                .iter()
+                .copied()
+                .filter(|v| v / 1_000_000 == s)
+                .collect();
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "sender {s} out of order"
+            );
             assert_eq!(mine.len(), 10_000);
         }
         system.shutdown().await;
@@ -108,7 +115,11 @@ fn ask_timeout_is_an_error_promptly() {
         let start = Instant::now();
         let r = slow.ask_timeout(Hang, Duration::from_millis(50)).await;
         assert_eq!(r, Err(AskError::Timeout(Duration::from_millis(50))));
-        assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            start.elapsed()
+        );
         slow.stop();
         within("shutdown", system.shutdown()).await;
     });
@@ -157,7 +168,8 @@ fn refs_compare_hash_and_print_as_paths() {
 struct Parent;
 impl Actor for Parent {
     async fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.spawn_props(Props::new(Counter::default()).with_name("kid")).unwrap();
+        ctx.spawn_props(Props::new(Counter::default()).with_name("kid"))
+            .unwrap();
     }
 }
 
@@ -167,7 +179,11 @@ struct SpawnKid(String);
 
 #[handlers]
 impl Parent {
-    async fn spawn_kid(&mut self, msg: SpawnKid, ctx: &mut Context<Self>) -> Result<String, SpawnError> {
+    async fn spawn_kid(
+        &mut self,
+        msg: SpawnKid,
+        ctx: &mut Context<Self>,
+    ) -> Result<String, SpawnError> {
         ctx.spawn_props(Props::new(Counter::default()).with_name(msg.0))
             .map(|r| r.to_string())
     }
@@ -179,7 +195,9 @@ fn hierarchy_paths_unique_names_and_lookup() {
         let system = ActorSystem::new("tree").unwrap();
         let parent = system.spawn_named("parent", Parent).unwrap();
         assert_eq!(
-            within("spawn", parent.ask(SpawnKid("other".into()))).await.unwrap(),
+            within("spawn", parent.ask(SpawnKid("other".into())))
+                .await
+                .unwrap(),
             Ok("/user/parent/other".to_string())
         );
         assert_eq!(
@@ -194,9 +212,14 @@ fn hierarchy_paths_unique_names_and_lookup() {
             system.spawn_named("parent", Parent),
             Err(SpawnError::NameTaken(_))
         ));
-        let kid = system.lookup::<Counter>("/user/parent/kid").expect("lookup by path");
+        let kid = system
+            .lookup::<Counter>("/user/parent/kid")
+            .expect("lookup by path");
         assert_eq!(kid.ask(Add(5)).await.unwrap(), 5);
-        assert!(system.lookup::<Parent>("/user/parent/kid").is_none(), "wrong type");
+        assert!(
+            system.lookup::<Parent>("/user/parent/kid").is_none(),
+            "wrong type"
+        );
         assert!(system.lookup_any("/user/nobody").is_none());
         let any = system.lookup_any("/user/parent").unwrap();
         assert_eq!(any.downcast::<Parent>(), Some(parent.clone()));
@@ -204,7 +227,10 @@ fn hierarchy_paths_unique_names_and_lookup() {
         // A stopped child frees its name.
         kid.stop();
         kid.wait_for_termination().await;
-        eventually("name freed", || system.lookup_any("/user/parent/kid").is_none()).await;
+        eventually("name freed", || {
+            system.lookup_any("/user/parent/kid").is_none()
+        })
+        .await;
         assert_eq!(
             parent.ask(SpawnKid("kid".into())).await.unwrap(),
             Ok("/user/parent/kid".to_string())
@@ -230,6 +256,9 @@ fn spawn_after_shutdown_gives_a_stopped_actor() {
         let c = system.spawn(Counter::default());
         assert!(c.is_terminated());
         assert_eq!(c.ask(Add(1)).await, Err(AskError::Stopped));
-        assert!(matches!(system.spawn_named("x", Counter::default()), Err(SpawnError::ParentStopped)));
+        assert!(matches!(
+            system.spawn_named("x", Counter::default()),
+            Err(SpawnError::ParentStopped)
+        ));
     });
 }

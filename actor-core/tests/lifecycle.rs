@@ -42,7 +42,10 @@ impl Actor for Node {
         let _ = self.log.try_send(format!("{} stopping", self.name));
     }
     async fn stopped(&mut self, ctx: &mut Context<Self>) {
-        assert!(ctx.children().is_empty(), "children stop before their parent");
+        assert!(
+            ctx.children().is_empty(),
+            "children stop before their parent"
+        );
         let _ = self.log.try_send(format!("{} stopped", self.name));
     }
 }
@@ -82,7 +85,12 @@ fn hooks_run_in_order_and_children_stop_first() {
         collect_until(&rx, "parent started").await;
         parent.stop();
         let events = collect_until(&rx, "parent stopped").await;
-        let pos = |s: &str| events.iter().position(|e| e == s).unwrap_or_else(|| panic!("{s} missing in {events:?}"));
+        let pos = |s: &str| {
+            events
+                .iter()
+                .position(|e| e == s)
+                .unwrap_or_else(|| panic!("{s} missing in {events:?}"))
+        };
         assert!(pos("parent stopping") < pos("kid-0 stopped"));
         assert!(pos("kid-0 stopped") < pos("parent stopped"));
         assert!(pos("kid-1 stopped") < pos("parent stopped"));
@@ -125,7 +133,10 @@ fn poison_pill_handles_queued_messages_first_and_stop_does_not() {
         b.stop();
         let events = collect_until(&rx, "b stopped").await;
         assert!(!events.iter().any(|e| e.contains("note")), "{events:?}");
-        eventually("dead letters counted", || system.dead_letter_count() >= before + 5).await;
+        eventually("dead letters counted", || {
+            system.dead_letter_count() >= before + 5
+        })
+        .await;
         system.shutdown().await;
     });
 }
@@ -194,7 +205,11 @@ fn watch_delivers_terminated_for_stop_crash_and_already_stopped() {
         f.tell(Explode).unwrap();
         let t = next(&rx).await;
         assert_eq!(t.actor, f.to_any());
-        assert!(matches!(t.reason, StopReason::Failed(ref m) if m.contains("exploded")), "{:?}", t.reason);
+        assert!(
+            matches!(t.reason, StopReason::Failed(ref m) if m.contains("exploded")),
+            "{:?}",
+            t.reason
+        );
 
         // Already stopped when watched.
         watcher.ask(WatchIt(a.to_any())).await.unwrap();

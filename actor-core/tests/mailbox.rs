@@ -42,7 +42,9 @@ fn bounded_mailbox_refuses_when_full_and_send_waits() {
     rt::block_on(async {
         let system = ActorSystem::new("bounded").unwrap();
         let sink = system
-            .spawn_props(Props::new(Sink::default()).with_mailbox(MailboxConfig::Bounded { capacity: 3 }))
+            .spawn_props(
+                Props::new(Sink::default()).with_mailbox(MailboxConfig::Bounded { capacity: 3 }),
+            )
             .unwrap();
         let (gate_tx, gate_rx) = async_channel::bounded(1);
         sink.tell(Wait(gate_rx)).unwrap();
@@ -56,7 +58,10 @@ fn bounded_mailbox_refuses_when_full_and_send_waits() {
                 Err(e) => panic!("{e}"),
             }
         }
-        eventually("mailbox full", || matches!(sink.tell(Item(99)), Err(TellError::MailboxFull(Item(99))))).await;
+        eventually("mailbox full", || {
+            matches!(sink.tell(Item(99)), Err(TellError::MailboxFull(Item(99))))
+        })
+        .await;
         assert_eq!(sink.ask(Items).await, Err(AskError::MailboxFull));
         // `send` waits for room instead of failing.
         let s = sink.clone();

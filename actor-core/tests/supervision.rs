@@ -107,7 +107,10 @@ fn backoff_delays_grow_within_bounds() {
         let min = Duration::from_millis(100);
         let backoff = Backoff::exponential(min, Duration::from_secs(2)).with_random_factor(0.0);
         let w = system
-            .spawn_props(worker_props(tx).with_supervisor(SupervisorStrategy::restart().with_backoff(backoff)))
+            .spawn_props(
+                worker_props(tx)
+                    .with_supervisor(SupervisorStrategy::restart().with_backoff(backoff)),
+            )
             .unwrap();
         assert_eq!(next(&rx).await.0, "started");
         let mut delays = Vec::new();
@@ -122,8 +125,14 @@ fn backoff_delays_grow_within_bounds() {
         // 100 ms, 200 ms, 400 ms; allow scheduling slack above, none below.
         for (i, d) in delays.iter().enumerate() {
             let expected = min * (1 << i);
-            assert!(*d >= expected, "restart {i} after {d:?}, expected at least {expected:?}");
-            assert!(*d < expected + Duration::from_millis(500), "restart {i} after {d:?}, expected about {expected:?}");
+            assert!(
+                *d >= expected,
+                "restart {i} after {d:?}, expected at least {expected:?}"
+            );
+            assert!(
+                *d < expected + Duration::from_millis(500),
+                "restart {i} after {d:?}, expected about {expected:?}"
+            );
         }
         // Messages sent during a backoff wait and are handled after it.
         w.tell(Crash).unwrap();
@@ -138,7 +147,9 @@ fn restart_limit_exceeded_stops_and_notifies_watchers() {
         let system = ActorSystem::new("limit").unwrap();
         let (tx, _rx) = async_channel::unbounded();
         let strategy = SupervisorStrategy::restart().with_limit(2, Duration::from_secs(60));
-        let w = system.spawn_props(worker_props(tx).with_supervisor(strategy)).unwrap();
+        let w = system
+            .spawn_props(worker_props(tx).with_supervisor(strategy))
+            .unwrap();
         let (ttx, trx) = async_channel::unbounded();
         system.spawn(Watcher {
             target: w.to_any(),
@@ -191,7 +202,11 @@ fn stop_strategy_stops_with_the_failure() {
         assert_eq!(w.ask(Bump).await.unwrap(), 1);
         w.tell(Crash).unwrap();
         let t = next(&trx).await;
-        assert!(matches!(t.reason, StopReason::Failed(ref m) if m.contains("boom")), "{:?}", t.reason);
+        assert!(
+            matches!(t.reason, StopReason::Failed(ref m) if m.contains("boom")),
+            "{:?}",
+            t.reason
+        );
         system.shutdown().await;
     });
 }
@@ -201,7 +216,10 @@ fn a_value_spawned_actor_cannot_restart_and_stops() {
     rt::block_on(async {
         let system = ActorSystem::new("value").unwrap();
         let (tx, _rx) = async_channel::unbounded();
-        let w = system.spawn(Worker { count: 0, events: tx });
+        let w = system.spawn(Worker {
+            count: 0,
+            events: tx,
+        });
         w.tell(Crash).unwrap();
         within("termination", w.wait_for_termination()).await;
         system.shutdown().await;

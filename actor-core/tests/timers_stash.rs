@@ -205,7 +205,11 @@ fn stash_and_unstash_keep_order_and_replies() {
         for a in asks {
             replies.push(within("stashed reply", a).await.unwrap());
         }
-        assert_eq!(replies, vec![10, 20, 30, 40, 50], "asks answered after unstash");
+        assert_eq!(
+            replies,
+            vec![10, 20, 30, 40, 50],
+            "asks answered after unstash"
+        );
         assert_eq!(gate.ask(Done).await.unwrap(), vec![1, 2, 3, 4, 5, 6]);
         system.shutdown().await;
     });

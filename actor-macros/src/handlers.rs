@@ -5,7 +5,8 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, ImplItem, ImplItemFn, ItemImpl, ReturnType, Type};
 
-const SIGNATURE: &str = "a handler is `async fn name(&mut self, msg: MessageType, ctx: &mut Context<Self>) -> Reply` \
+const SIGNATURE: &str =
+    "a handler is `async fn name(&mut self, msg: MessageType, ctx: &mut Context<Self>) -> Reply` \
                          (`ctx` may be left out)";
 
 pub(crate) fn expand(block: ItemImpl) -> syn::Result<TokenStream> {
@@ -47,7 +48,10 @@ fn handler_impl(block: &ItemImpl, f: &ImplItemFn) -> syn::Result<TokenStream> {
         ));
     }
     if !sig.generics.params.is_empty() {
-        return Err(syn::Error::new_spanned(&sig.generics, "handlers cannot be generic"));
+        return Err(syn::Error::new_spanned(
+            &sig.generics,
+            "handlers cannot be generic",
+        ));
     }
     let mut inputs = sig.inputs.iter();
     match inputs.next() {

@@ -35,7 +35,11 @@ pub(crate) fn expand(input: DeriveInput) -> syn::Result<TokenStream> {
     let reply = reply.map(|t| quote!(#t)).unwrap_or_else(|| quote!(()));
     let manifest = match name {
         Some(lit) => quote!(#lit),
-        None => quote!(::core::concat!(::core::module_path!(), "::", ::core::stringify!(#ident))),
+        None => quote!(::core::concat!(
+            ::core::module_path!(),
+            "::",
+            ::core::stringify!(#ident)
+        )),
     };
     Ok(quote! {
         impl #impl_generics ::troupe_core::Message for #ident #ty_generics #where_clause {

@@ -19,7 +19,9 @@ pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
 
 /// Receives the next event, failing the test after `DEADLINE`.
 pub async fn next<T>(rx: &async_channel::Receiver<T>) -> T {
-    within("the next event", rx.recv()).await.expect("event channel closed")
+    within("the next event", rx.recv())
+        .await
+        .expect("event channel closed")
 }
 
 /// Polls `cond` until it holds, failing the test after `DEADLINE`.
