@@ -1,13 +1,13 @@
 //! Actor references: typed `ActorRef<A>` and untyped `AnyActorRef`.
 
 use crate::actor::{Actor, Handler};
+use crate::ask_timeouts;
 use crate::cell::{ActorCell, AnyCell, CellCore};
 use crate::context::Context;
 use crate::error::{AskError, TellError};
 use crate::letter::{Envelope, HandlerFuture, Hdr, Letter, Node, Opened, UserLetter};
 use crate::message::Message;
 use crate::path::ActorPath;
-use crate::rt;
 use crate::system_message::SystemMessage;
 use crate::watch::Terminated;
 use std::any::Any;
@@ -17,7 +17,7 @@ use std::hash::{Hash, Hasher};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A typed reference to an actor: send it the messages `A` handles.
 ///
@@ -183,7 +183,7 @@ impl<A: Actor> ActorRef<A> {
                 state: AskState::Waiting {
                     rx,
                     timeout,
-                    timer: None,
+                    deadline: None,
                 },
             },
             Err(node) => {
@@ -285,7 +285,8 @@ enum AskState<R> {
     Waiting {
         rx: oneshot::Receiver<R>,
         timeout: Duration,
-        timer: Option<rt::Timer>,
+        /// Set on the first poll that finds no reply.
+        deadline: Option<(Instant, ask_timeouts::Registration)>,
     },
 }
 
@@ -304,18 +305,32 @@ impl<R> Future for Ask<R> {
         let this = self.get_mut();
         match &mut this.state {
             AskState::Failed(e) => Poll::Ready(Err(e.take().unwrap_or(AskError::Stopped))),
-            AskState::Waiting { rx, timeout, timer } => {
+            AskState::Waiting {
+                rx,
+                timeout,
+                deadline,
+            } => {
                 match Pin::new(rx).poll(cx) {
                     Poll::Ready(Ok(r)) => return Poll::Ready(Ok(r)),
                     Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::Stopped)),
                     Poll::Pending => {}
                 }
-                // The timer is created only when the reply is not there at
-                // once, which keeps fast asks free of timer registration.
-                let t = timer.get_or_insert_with(|| rt::timer_after(*timeout));
-                match Pin::new(t).poll(cx) {
-                    Poll::Ready(_) => Poll::Ready(Err(AskError::Timeout(*timeout))),
-                    Poll::Pending => Poll::Pending,
+                match deadline {
+                    // The deadline is registered only when the reply is not
+                    // there at once (see `ask_timeouts`).
+                    None => {
+                        let at = Instant::now() + *timeout;
+                        *deadline = Some((at, ask_timeouts::register(at, cx.waker())));
+                        Poll::Pending
+                    }
+                    Some((at, reg)) => {
+                        if Instant::now() >= *at {
+                            Poll::Ready(Err(AskError::Timeout(*timeout)))
+                        } else {
+                            reg.update(cx.waker());
+                            Poll::Pending
+                        }
+                    }
                 }
             }
         }

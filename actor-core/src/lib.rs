@@ -46,6 +46,7 @@ extern crate self as troupe_core;
 
 mod actor;
 mod actor_ref;
+mod ask_timeouts;
 mod cell;
 mod context;
 mod dead_letters;
