@@ -5,9 +5,10 @@ use crate::ask_timeouts;
 use crate::cell::{ActorCell, AnyCell, CellCore};
 use crate::context::Context;
 use crate::error::{AskError, TellError};
-use crate::letter::{Envelope, HandlerFuture, Hdr, Letter, Node, Opened, UserLetter};
+use crate::letter::{Envelope, HandlerFuture, Hdr, Letter, Node, Opened, ReplyTo, UserLetter};
 use crate::message::Message;
 use crate::path::ActorPath;
+use crate::remote::RemoteTarget;
 use crate::system_message::SystemMessage;
 use crate::watch::Terminated;
 use std::any::Any;
@@ -52,44 +53,60 @@ use std::time::{Duration, Instant};
 /// });
 /// ```
 pub struct ActorRef<A: Actor> {
-    pub(crate) cell: Arc<ActorCell<A>>,
+    target: Target<A>,
+}
+
+/// Where an actor lives.
+enum Target<A: Actor> {
+    /// In this process: its cell.
+    Local(Arc<ActorCell<A>>),
+    /// On another node, reached through remoting.
+    Remote(Arc<RemoteTarget>),
 }
 
 impl<A: Actor> Clone for ActorRef<A> {
     fn clone(&self) -> Self {
         ActorRef {
-            cell: self.cell.clone(),
+            target: match &self.target {
+                Target::Local(c) => Target::Local(c.clone()),
+                Target::Remote(r) => Target::Remote(r.clone()),
+            },
         }
     }
 }
 
 impl<A: Actor> PartialEq for ActorRef<A> {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.cell, &other.cell)
+        match (&self.target, &other.target) {
+            (Target::Local(a), Target::Local(b)) => Arc::ptr_eq(a, b),
+            (Target::Remote(a), Target::Remote(b)) => a.path == b.path,
+            _ => false,
+        }
     }
 }
 impl<A: Actor> Eq for ActorRef<A> {}
 
 impl<A: Actor> Hash for ActorRef<A> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.cell.core.uid.hash(state);
+        self.uid().hash(state);
     }
 }
 
 impl<A: Actor> fmt::Display for ActorRef<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.cell.core.path(), f)
+        match &self.target {
+            Target::Local(c) => fmt::Display::fmt(&c.core.path(), f),
+            Target::Remote(r) => fmt::Display::fmt(&r.path, f),
+        }
     }
 }
 
 impl<A: Actor> fmt::Debug for ActorRef<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "ActorRef({}#{})",
-            self.cell.core.path(),
-            self.cell.core.uid
-        )
+        match &self.target {
+            Target::Local(c) => write!(f, "ActorRef({}#{})", c.core.path(), c.core.uid),
+            Target::Remote(r) => write!(f, "ActorRef({})", r.path),
+        }
     }
 }
 
@@ -102,14 +119,31 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
-        if let Some(b) = &self.cell.bounded {
+        self.tell_with_reply(msg, None)
+    }
+
+    /// Queues `msg` with where its reply goes.
+    pub(crate) fn tell_with_reply<M>(
+        &self,
+        msg: M,
+        reply: Option<ReplyTo<M::Reply>>,
+    ) -> Result<(), TellError<M>>
+    where
+        M: Message,
+        A: Handler<M>,
+    {
+        let cell = match &self.target {
+            Target::Local(cell) => cell,
+            Target::Remote(r) => return r.tell(msg),
+        };
+        if let Some(b) = &cell.bounded {
             if !b.try_reserve() {
                 return Err(TellError::MailboxFull(msg));
             }
         }
-        match self.cell.enqueue(Node::new(Envelope { msg, reply: None })) {
+        match cell.enqueue(Node::new(Envelope { msg, reply })) {
             Ok(()) => Ok(()),
-            Err(node) => Err(TellError::Stopped(self.undeliverable(node))),
+            Err(node) => Err(TellError::Stopped(Self::undeliverable(cell, node))),
         }
     }
 
@@ -120,12 +154,20 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
+        if let Target::Remote(r) = &self.target {
+            return r.send(msg).await;
+        }
         let mut msg = msg;
         loop {
             match self.tell(msg) {
                 Err(TellError::MailboxFull(m)) => {
-                    let b = self.cell.bounded.as_ref().expect("full implies bounded");
-                    let listener = b.space.listen();
+                    let Some(listener) = self
+                        .local_cell()
+                        .and_then(|cell| cell.bounded.as_ref())
+                        .map(|b| b.space.listen())
+                    else {
+                        return Err(TellError::MailboxFull(m));
+                    };
                     match self.tell(m) {
                         Err(TellError::MailboxFull(m)) => {
                             msg = m;
@@ -140,14 +182,14 @@ impl<A: Actor> ActorRef<A> {
     }
 
     #[allow(clippy::boxed_local)] // the box is what the mailbox hands back
-    fn undeliverable<M: Message>(&self, node: Box<Node<A, Envelope<M>>>) -> M
+    fn undeliverable<M: Message>(cell: &ActorCell<A>, node: Box<Node<A, Envelope<M>>>) -> M
     where
         A: Handler<M>,
     {
-        if let Some(b) = &self.cell.bounded {
+        if let Some(b) = &cell.bounded {
             b.release();
         }
-        self.cell.dead_letter(M::manifest());
+        cell.dead_letter(M::manifest());
         node.body.msg
     }
 
@@ -158,7 +200,10 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
-        let timeout = self.cell.core.system.settings.ask_timeout;
+        let timeout = match &self.target {
+            Target::Local(cell) => cell.core.system.settings.ask_timeout,
+            Target::Remote(r) => r.default_ask_timeout(),
+        };
         self.ask_timeout(msg, timeout)
     }
 
@@ -169,25 +214,28 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
-        if let Some(b) = &self.cell.bounded {
+        let cell = match &self.target {
+            Target::Local(cell) => cell,
+            Target::Remote(r) => {
+                return match r.ask::<M>(msg, timeout) {
+                    Ok(rx) => Ask::waiting(ReplyRx::Remote(rx), timeout),
+                    Err(e) => Ask::failed(e),
+                }
+            }
+        };
+        if let Some(b) = &cell.bounded {
             if !b.try_reserve() {
                 return Ask::failed(AskError::MailboxFull);
             }
         }
         let (tx, rx) = oneshot::channel();
-        match self.cell.enqueue(Node::new(Envelope {
+        match cell.enqueue(Node::new(Envelope {
             msg,
-            reply: Some(tx),
+            reply: Some(ReplyTo::Local(tx)),
         })) {
-            Ok(()) => Ask {
-                state: AskState::Waiting {
-                    rx,
-                    timeout,
-                    deadline: None,
-                },
-            },
+            Ok(()) => Ask::waiting(ReplyRx::Local(rx), timeout),
             Err(node) => {
-                drop(self.undeliverable(node));
+                drop(Self::undeliverable(cell, node));
                 Ask::failed(AskError::Stopped)
             }
         }
@@ -196,39 +244,80 @@ impl<A: Actor> ActorRef<A> {
     /// Stops the actor before its next message; messages still queued go to
     /// dead letters. Children stop first.
     pub fn stop(&self) {
-        self.cell.clone().request_stop();
+        self.to_any().stop();
     }
 
     /// Stops the actor once it has handled the messages queued before this
     /// call.
     pub fn poison_pill(&self) {
-        let _ = self.cell.clone().send_system(SystemMessage::PoisonPill);
+        self.to_any().poison_pill();
     }
 
-    /// The actor's path.
+    /// The actor's path within its system (for a remote actor, see
+    /// [`Display`](fmt::Display) for the full address).
     pub fn path(&self) -> ActorPath {
-        self.cell.core.path()
+        match &self.target {
+            Target::Local(c) => c.core.path(),
+            Target::Remote(r) => ActorPath::from_string(r.path.path.clone()),
+        }
     }
 
-    /// A number unique to this actor within its system.
+    /// A number unique to this actor within its system (for a remote ref
+    /// resolved by path alone, a hash of its full path).
     pub fn uid(&self) -> u64 {
-        self.cell.core.uid
+        match &self.target {
+            Target::Local(c) => c.core.uid,
+            Target::Remote(r) => r.key(),
+        }
     }
 
-    /// True once the actor has fully stopped.
+    /// True if the actor lives in another actor system, reached over the
+    /// network.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.target, Target::Remote(_))
+    }
+
+    /// True once the actor has fully stopped (always false for a remote
+    /// actor: watch it to learn that it stopped).
     pub fn is_terminated(&self) -> bool {
-        self.cell.core.is_terminated()
+        self.to_any().is_terminated()
     }
 
-    /// Waits until the actor has fully stopped.
+    /// Waits until the actor has fully stopped (a local actor only; for a
+    /// remote one, watch it).
     pub async fn wait_for_termination(&self) {
-        self.cell.core.wait_terminated().await
+        if let Target::Local(c) = &self.target {
+            c.core.wait_terminated().await
+        }
     }
 
     /// An untyped reference to the same actor.
     pub fn to_any(&self) -> AnyActorRef {
         AnyActorRef {
-            cell: self.cell.clone(),
+            target: match &self.target {
+                Target::Local(c) => AnyTarget::Local(c.clone()),
+                Target::Remote(r) => AnyTarget::Remote(r.clone()),
+            },
+        }
+    }
+
+    pub(crate) fn from_cell(cell: Arc<ActorCell<A>>) -> Self {
+        ActorRef {
+            target: Target::Local(cell),
+        }
+    }
+
+    pub(crate) fn from_remote(r: Arc<RemoteTarget>) -> Self {
+        ActorRef {
+            target: Target::Remote(r),
+        }
+    }
+
+    /// The cell of a local actor.
+    pub(crate) fn local_cell(&self) -> Option<&Arc<ActorCell<A>>> {
+        match &self.target {
+            Target::Local(c) => Some(c),
+            Target::Remote(_) => None,
         }
     }
 
@@ -237,7 +326,9 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<Terminated>,
     {
         // A watcher that has stopped no longer cares: no dead letter.
-        let _ = self.cell.enqueue(Node::new(TerminatedLetter(t)));
+        if let Target::Local(cell) = &self.target {
+            let _ = cell.enqueue(Node::new(TerminatedLetter(t)));
+        }
     }
 }
 
@@ -283,17 +374,34 @@ pub struct Ask<R> {
 enum AskState<R> {
     Failed(Option<AskError>),
     Waiting {
-        rx: oneshot::Receiver<R>,
+        rx: ReplyRx<R>,
         timeout: Duration,
         /// Set on the first poll that finds no reply.
         deadline: Option<(Instant, ask_timeouts::Registration)>,
     },
 }
 
+/// Where the reply comes from.
+enum ReplyRx<R> {
+    Local(oneshot::Receiver<R>),
+    /// A remote reply, or why there is none (the node was lost).
+    Remote(oneshot::Receiver<Result<R, AskError>>),
+}
+
 impl<R> Ask<R> {
     fn failed(e: AskError) -> Self {
         Ask {
             state: AskState::Failed(Some(e)),
+        }
+    }
+
+    fn waiting(rx: ReplyRx<R>, timeout: Duration) -> Self {
+        Ask {
+            state: AskState::Waiting {
+                rx,
+                timeout,
+                deadline: None,
+            },
         }
     }
 }
@@ -310,10 +418,21 @@ impl<R> Future for Ask<R> {
                 timeout,
                 deadline,
             } => {
-                match Pin::new(rx).poll(cx) {
-                    Poll::Ready(Ok(r)) => return Poll::Ready(Ok(r)),
-                    Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::Stopped)),
-                    Poll::Pending => {}
+                let ready = match rx {
+                    ReplyRx::Local(rx) => match Pin::new(rx).poll(cx) {
+                        Poll::Ready(r) => Some(r.map_err(|_| AskError::Stopped)),
+                        Poll::Pending => None,
+                    },
+                    ReplyRx::Remote(rx) => match Pin::new(rx).poll(cx) {
+                        Poll::Ready(Ok(r)) => Some(r),
+                        Poll::Ready(Err(_)) => Some(Err(AskError::Remote(
+                            "the remote node was lost before replying".into(),
+                        ))),
+                        Poll::Pending => None,
+                    },
+                };
+                if let Some(r) = ready {
+                    return Poll::Ready(r);
                 }
                 match deadline {
                     // The deadline is registered only when the reply is not
@@ -342,63 +461,143 @@ impl<R> Future for Ask<R> {
 /// [`downcast`](Self::downcast).
 #[derive(Clone)]
 pub struct AnyActorRef {
-    pub(crate) cell: Arc<dyn AnyCell>,
+    target: AnyTarget,
+}
+
+#[derive(Clone)]
+enum AnyTarget {
+    Local(Arc<dyn AnyCell>),
+    Remote(Arc<RemoteTarget>),
 }
 
 impl AnyActorRef {
+    /// The cell of a local actor. Parents, children and the actors a
+    /// runtime routine works on are always local.
     pub(crate) fn core(&self) -> &CellCore {
-        self.cell.core()
+        match &self.target {
+            AnyTarget::Local(c) => c.core(),
+            AnyTarget::Remote(r) => panic!("bug: local-only operation on remote actor {}", r.path),
+        }
+    }
+
+    pub(crate) fn local(&self) -> Option<&Arc<dyn AnyCell>> {
+        match &self.target {
+            AnyTarget::Local(c) => Some(c),
+            AnyTarget::Remote(_) => None,
+        }
+    }
+
+    pub(crate) fn remote(&self) -> Option<&Arc<RemoteTarget>> {
+        match &self.target {
+            AnyTarget::Local(_) => None,
+            AnyTarget::Remote(r) => Some(r),
+        }
+    }
+
+    pub(crate) fn from_remote(r: Arc<RemoteTarget>) -> Self {
+        AnyActorRef {
+            target: AnyTarget::Remote(r),
+        }
     }
 
     pub(crate) fn send_system(&self, msg: SystemMessage) -> Result<(), SystemMessage> {
-        self.cell.clone().send_system(msg)
+        match &self.target {
+            AnyTarget::Local(c) => c.clone().send_system(msg),
+            AnyTarget::Remote(_) => Err(msg),
+        }
     }
 
-    /// The actor's path.
+    /// The actor's path within its system.
     pub fn path(&self) -> ActorPath {
-        self.core().path()
+        match &self.target {
+            AnyTarget::Local(c) => c.core().path(),
+            AnyTarget::Remote(r) => ActorPath::from_string(r.path.path.clone()),
+        }
     }
 
-    /// A number unique to this actor within its system.
+    /// A number unique to this actor within its system (for a remote ref
+    /// resolved by path alone, a hash of its full path).
     pub fn uid(&self) -> u64 {
-        self.core().uid
+        match &self.target {
+            AnyTarget::Local(c) => c.core().uid,
+            AnyTarget::Remote(r) => r.key(),
+        }
     }
 
-    /// Stops the actor (see [`ActorRef::stop`]).
+    /// True if the actor lives in another actor system.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.target, AnyTarget::Remote(_))
+    }
+
+    /// Stops the actor (see [`ActorRef::stop`]). A remote actor cannot be
+    /// stopped from here (send it a message that makes it stop); the
+    /// attempt is logged.
     pub fn stop(&self) {
-        self.cell.clone().request_stop();
+        match &self.target {
+            AnyTarget::Local(c) => c.clone().request_stop(),
+            AnyTarget::Remote(r) => {
+                tracing::warn!(
+                    "cannot stop remote actor {} from another node; send it a message instead",
+                    r.path
+                )
+            }
+        }
     }
 
-    /// Stops the actor after the messages already queued.
+    /// Stops the actor after the messages already queued (local actors
+    /// only, as [`stop`](Self::stop)).
     pub fn poison_pill(&self) {
-        let _ = self.send_system(SystemMessage::PoisonPill);
+        if self.send_system(SystemMessage::PoisonPill).is_err() {
+            if let AnyTarget::Remote(r) = &self.target {
+                tracing::warn!(
+                    "cannot poison remote actor {} from another node; send it a message instead",
+                    r.path
+                );
+            }
+        }
     }
 
-    /// True once the actor has fully stopped.
+    /// True once the actor has fully stopped (always false for a remote
+    /// actor: watch it instead).
     pub fn is_terminated(&self) -> bool {
-        self.core().is_terminated()
+        match &self.target {
+            AnyTarget::Local(c) => c.core().is_terminated(),
+            AnyTarget::Remote(_) => false,
+        }
     }
 
-    /// Waits until the actor has fully stopped.
+    /// Waits until the actor has fully stopped (local actors only).
     pub async fn wait_for_termination(&self) {
-        self.core().wait_terminated().await
+        if let AnyTarget::Local(c) = &self.target {
+            c.core().wait_terminated().await
+        }
     }
 
-    /// The typed reference, if the actor is an `A`.
+    /// The typed reference, if the actor is an `A`. A remote actor's type
+    /// cannot be checked from here: the typed ref is given, and a message
+    /// it does not handle is dropped (and logged) by its node.
     pub fn downcast<A: Actor>(&self) -> Option<ActorRef<A>> {
-        self.cell
-            .clone()
-            .into_any()
-            .downcast::<ActorCell<A>>()
-            .ok()
-            .map(|cell| ActorRef { cell })
+        match &self.target {
+            AnyTarget::Local(c) => c
+                .clone()
+                .into_any()
+                .downcast::<ActorCell<A>>()
+                .ok()
+                .map(ActorRef::from_cell),
+            AnyTarget::Remote(r) => Some(ActorRef::from_remote(r.clone())),
+        }
     }
 }
 
 impl PartialEq for AnyActorRef {
     fn eq(&self, other: &Self) -> bool {
-        self.uid() == other.uid()
-            && std::ptr::addr_eq(Arc::as_ptr(&self.cell), Arc::as_ptr(&other.cell))
+        match (&self.target, &other.target) {
+            (AnyTarget::Local(a), AnyTarget::Local(b)) => {
+                a.core().uid == b.core().uid && std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+            }
+            (AnyTarget::Remote(a), AnyTarget::Remote(b)) => a.path == b.path,
+            _ => false,
+        }
     }
 }
 impl Eq for AnyActorRef {}
@@ -411,13 +610,16 @@ impl Hash for AnyActorRef {
 
 impl fmt::Display for AnyActorRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.path(), f)
+        match &self.target {
+            AnyTarget::Local(c) => fmt::Display::fmt(&c.core().path(), f),
+            AnyTarget::Remote(r) => fmt::Display::fmt(&r.path, f),
+        }
     }
 }
 
 impl fmt::Debug for AnyActorRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AnyActorRef({}#{})", self.path(), self.uid())
+        write!(f, "AnyActorRef({self}#{})", self.uid())
     }
 }
 

@@ -181,6 +181,8 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     /// stopped.
     fn send_system(self: Arc<Self>, msg: SystemMessage) -> Result<(), SystemMessage>;
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+    /// The type id of the actor (for remote dispatch).
+    fn actor_type(&self) -> std::any::TypeId;
 }
 
 /// A bounded mailbox's count of waiting user messages.
@@ -319,6 +321,10 @@ impl<A: Actor> AnyCell for ActorCell<A> {
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
+
+    fn actor_type(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<A>()
+    }
 }
 
 impl<A: Actor> ActorCell<A> {
@@ -368,7 +374,7 @@ impl<A: Actor> ActorCell<A> {
             bounded,
             run: Mutex::new(None),
         });
-        let me = ActorRef { cell: cell.clone() };
+        let me = ActorRef::from_cell(cell.clone());
         if let Some(p) = parent {
             if let Err(e) = p.core().register_child(name, me.to_any()) {
                 // Never scheduled and never registered: mark it terminated so
@@ -694,7 +700,7 @@ impl<A: Actor> ActorCell<A> {
                 tracing::error!(actor = %path, "actor failed, escalating to its parent: {why}");
                 if let Some(parent) = &self.core.parent {
                     let _ = parent.send_system(SystemMessage::ChildFailed {
-                        child: ActorRef { cell: self.clone() }.to_any(),
+                        child: ActorRef::from_cell(self.clone()).to_any(),
                         reason: why.clone(),
                     });
                 }
@@ -748,7 +754,7 @@ impl<A: Actor> ActorCell<A> {
         self.core.status.fetch_or(TERMINATED, Ordering::SeqCst);
         self.core.terminated.notify(usize::MAX);
 
-        let me = ActorRef { cell: self.clone() }.to_any();
+        let me = ActorRef::from_cell(self.clone()).to_any();
         let terminated = Terminated { actor: me, reason };
         for (_, notify) in st.ctx.take_watchers() {
             notify(terminated.clone());
@@ -812,6 +818,6 @@ impl<A: Actor> ActorCell<A> {
             run: Mutex::new(None),
         });
         drop(cell.mailbox.close());
-        ActorRef { cell }
+        ActorRef::from_cell(cell)
     }
 }

@@ -11,7 +11,7 @@ use crate::supervision::RestartStats;
 use crate::system::ActorSystem;
 use crate::system_message::{Notifier, SystemMessage};
 use crate::timers::{ReceiveTimeoutState, TimerEntry};
-use crate::watch::{ReceiveTimeout, Terminated};
+use crate::watch::{ReceiveTimeout, StopReason, Terminated};
 use std::any::Any;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -98,6 +98,12 @@ impl<A: Actor> Context<A> {
         self.extras.get_or_insert_with(Default::default)
     }
 
+    fn cell(&self) -> &std::sync::Arc<ActorCell<A>> {
+        self.myself
+            .local_cell()
+            .expect("a context always belongs to a local actor")
+    }
+
     /// This actor's own reference.
     pub fn myself(&self) -> &ActorRef<A> {
         &self.myself
@@ -105,22 +111,22 @@ impl<A: Actor> Context<A> {
 
     /// The actor system this actor lives in.
     pub fn system(&self) -> ActorSystem {
-        ActorSystem::from_shared(self.myself.cell.core.system.clone())
+        ActorSystem::from_shared(self.cell().core.system.clone())
     }
 
     /// The parent (the `/user` or `/system` guardian for top-level actors).
     pub fn parent(&self) -> Option<AnyActorRef> {
-        self.myself.cell.core.parent.clone()
+        self.cell().core.parent.clone()
     }
 
     /// The children that have not terminated yet.
     pub fn children(&self) -> Vec<AnyActorRef> {
-        self.myself.cell.core.children()
+        self.cell().core.children()
     }
 
     /// The child with this name, if it is alive.
     pub fn child(&self, name: &str) -> Option<AnyActorRef> {
-        self.myself.cell.core.child(name)
+        self.cell().core.child(name)
     }
 
     /// Spawns a child with a generated name.
@@ -132,7 +138,7 @@ impl<A: Actor> Context<A> {
     /// actor's children or if this actor is stopping.
     pub fn spawn_props<C: Actor>(&mut self, props: Props<C>) -> Result<ActorRef<C>, SpawnError> {
         let me = self.myself.to_any();
-        ActorCell::spawn(&self.myself.cell.core.system, Some(&me), props)
+        ActorCell::spawn(&self.cell().core.system, Some(&me), props)
     }
 
     /// Stops this actor once the current handler returns. Messages still
@@ -172,6 +178,16 @@ impl<A: Actor> Context<A> {
         let me = self.myself.clone();
         let watcher = me.uid();
         let notify: Notifier = Box::new(move |t: Terminated| me.deliver_terminated(t));
+        if let Some(remote) = other.remote() {
+            match self.cell().core.system.remote.get() {
+                Some(remoting) => remoting.watch.watch(remote, watcher, notify),
+                None => notify(Terminated {
+                    actor: other.clone(),
+                    reason: StopReason::NodeLost("remoting is not enabled on this system".into()),
+                }),
+            }
+            return;
+        }
         if let Err(SystemMessage::Watch { notify, .. }) =
             other.send_system(SystemMessage::Watch { watcher, notify })
         {
@@ -187,6 +203,16 @@ impl<A: Actor> Context<A> {
     pub fn unwatch(&mut self, other: &AnyActorRef) {
         if let Some(ext) = self.extras.as_mut() {
             if ext.watching.remove(&other.uid()).is_some() {
+                if let Some(remote) = other.remote() {
+                    if let Some(remoting) = self
+                        .myself
+                        .local_cell()
+                        .and_then(|c| c.core.system.remote.get())
+                    {
+                        remoting.watch.unwatch(remote, self.myself.uid());
+                    }
+                    return;
+                }
                 let _ = other.send_system(SystemMessage::Unwatch {
                     watcher: self.myself.uid(),
                 });

@@ -7,16 +7,20 @@ use std::time::Duration;
 pub enum TellError<M> {
     /// The actor has stopped; the message was recorded as a dead letter.
     Stopped(M),
-    /// The actor's bounded mailbox is full (see `ActorRef::send` to wait for
-    /// room instead).
+    /// The actor's bounded mailbox is full, or for a remote actor the
+    /// queue to its node is (see `ActorRef::send` to wait for room instead).
     MailboxFull(M),
+    /// The actor is remote and the message cannot be sent there: its type
+    /// is not registered (`ActorSystem::register`), it does not encode, it
+    /// is larger than the frame limit, or the node is quarantined.
+    NotSendable(M, String),
 }
 
 impl<M> TellError<M> {
     /// The message that was not delivered.
     pub fn into_message(self) -> M {
         match self {
-            TellError::Stopped(m) | TellError::MailboxFull(m) => m,
+            TellError::Stopped(m) | TellError::MailboxFull(m) | TellError::NotSendable(m, _) => m,
         }
     }
 }
@@ -26,6 +30,7 @@ impl<M> fmt::Debug for TellError<M> {
         match self {
             TellError::Stopped(_) => f.write_str("TellError::Stopped(..)"),
             TellError::MailboxFull(_) => f.write_str("TellError::MailboxFull(..)"),
+            TellError::NotSendable(_, why) => write!(f, "TellError::NotSendable(.., {why:?})"),
         }
     }
 }
@@ -36,7 +41,10 @@ impl<M> fmt::Display for TellError<M> {
             TellError::Stopped(_) => {
                 f.write_str("the actor has stopped; the message went to dead letters")
             }
-            TellError::MailboxFull(_) => f.write_str("the actor's bounded mailbox is full"),
+            TellError::MailboxFull(_) => {
+                f.write_str("the actor's bounded mailbox (or the queue to its node) is full")
+            }
+            TellError::NotSendable(_, why) => write!(f, "cannot send to the remote actor: {why}"),
         }
     }
 }
@@ -51,8 +59,14 @@ pub enum AskError {
     /// The actor stopped (or was already stopped, or failed while handling
     /// the message) before replying.
     Stopped,
-    /// The actor's bounded mailbox is full.
+    /// The actor's bounded mailbox (or the queue to its node) is full.
     MailboxFull,
+    /// The actor is remote and the message cannot be sent there (see
+    /// [`TellError::NotSendable`]).
+    NotSendable(String),
+    /// The actor is remote and its node was lost (quarantined or
+    /// unreachable) before it replied, or it could not reply.
+    Remote(String),
 }
 
 impl fmt::Display for AskError {
@@ -60,7 +74,11 @@ impl fmt::Display for AskError {
         match self {
             AskError::Timeout(d) => write!(f, "no reply within {d:?}"),
             AskError::Stopped => f.write_str("the actor stopped before replying"),
-            AskError::MailboxFull => f.write_str("the actor's bounded mailbox is full"),
+            AskError::MailboxFull => {
+                f.write_str("the actor's bounded mailbox (or the queue to its node) is full")
+            }
+            AskError::NotSendable(why) => write!(f, "cannot send to the remote actor: {why}"),
+            AskError::Remote(why) => write!(f, "remote ask failed: {why}"),
         }
     }
 }
@@ -104,6 +122,8 @@ pub enum SystemError {
     InvalidName(String),
     /// A setting is out of range.
     InvalidSetting(String),
+    /// Remoting could not start (e.g. the port could not be bound).
+    Remoting(String),
 }
 
 impl fmt::Display for SystemError {
@@ -114,6 +134,7 @@ impl fmt::Display for SystemError {
                 "invalid actor system name `{n}`: use ASCII letters, digits, `-` and `_`, starting with a letter or digit"
             ),
             SystemError::InvalidSetting(m) => write!(f, "invalid setting: {m}"),
+            SystemError::Remoting(m) => write!(f, "remoting could not start: {m}"),
         }
     }
 }

@@ -4,6 +4,7 @@
 use crate::actor::{Actor, Handler};
 use crate::context::Context;
 use crate::message::Message;
+use crate::remote::reply::RemoteReply;
 use crate::system_message::SystemMessage;
 use std::any::Any;
 use std::future::Future;
@@ -97,7 +98,27 @@ pub(crate) trait UserLetter<A: Actor>: Letter<A> {
 /// send the reply.
 pub(crate) struct Envelope<M: Message> {
     pub(crate) msg: M,
-    pub(crate) reply: Option<oneshot::Sender<M::Reply>>,
+    pub(crate) reply: Option<ReplyTo<M::Reply>>,
+}
+
+/// Where the reply to an ask goes.
+pub(crate) enum ReplyTo<R> {
+    /// An asker in this process.
+    Local(oneshot::Sender<R>),
+    /// An asker on another node.
+    Remote(RemoteReply<R>),
+}
+
+impl<R> ReplyTo<R> {
+    pub(crate) fn send(self, r: R) {
+        match self {
+            // The asker may have given up (timeout); that is not an error.
+            ReplyTo::Local(tx) => {
+                let _ = tx.send(r);
+            }
+            ReplyTo::Remote(remote) => remote.send(r),
+        }
+    }
 }
 
 impl<A, M> Letter<A> for Node<A, Envelope<M>>
@@ -134,15 +155,14 @@ where
             if ctx.stashed_current {
                 ctx.stashed_current = false;
                 ctx.attach_reply_to_last_stashed(&mut reply);
-            } else if let Some(tx) = reply {
-                // The asker may have given up (timeout); that is not an error.
-                let _ = tx.send(out);
+            } else if let Some(reply) = reply {
+                reply.send(out);
             }
         })
     }
 
     fn attach_reply(&mut self, reply: &mut dyn Any) {
-        if let Some(slot) = reply.downcast_mut::<Option<oneshot::Sender<M::Reply>>>() {
+        if let Some(slot) = reply.downcast_mut::<Option<ReplyTo<M::Reply>>>() {
             self.body.reply = slot.take();
         }
     }

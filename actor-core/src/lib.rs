@@ -56,6 +56,7 @@ mod mailbox;
 mod message;
 mod path;
 mod props;
+pub mod remote;
 pub mod rt;
 mod supervision;
 mod sync;
@@ -73,7 +74,9 @@ pub use message::Message;
 pub use path::ActorPath;
 pub use props::{MailboxConfig, Props};
 pub use supervision::{Backoff, RestartPolicy, SupervisorStrategy};
-pub use system::{ActorSystem, DeadLetterSubscription, SystemSettings};
+pub use system::{
+    ActorSystem, ActorSystemBuilder, DeadLetterSubscription, ResolveError, SystemSettings,
+};
 pub use troupe_macros::{handlers, Message};
 pub use watch::{ReceiveTimeout, StopReason, Terminated};
 

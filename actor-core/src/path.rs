@@ -18,6 +18,10 @@ impl ActorPath {
         ActorPath(s)
     }
 
+    pub(crate) fn from_string(s: String) -> Self {
+        ActorPath(s)
+    }
+
     /// The path as text.
     pub fn as_str(&self) -> &str {
         &self.0

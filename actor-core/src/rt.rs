@@ -15,6 +15,13 @@ pub type JoinHandle<T> = async_std::task::JoinHandle<T>;
 /// with the reactor when first polled.
 pub type Timer = async_io::Timer;
 
+/// An async TCP stream (clones share the socket).
+pub type TcpStream = async_std::net::TcpStream;
+
+/// An async TCP listener; build one from a bound `std::net::TcpListener`
+/// with `From`.
+pub type TcpListener = async_std::net::TcpListener;
+
 /// Spawns a task on the shared executor.
 pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
 where

@@ -1,16 +1,21 @@
 //! The actor system: the root of the hierarchy, settings, dead letters and
 //! orderly shutdown.
 
-use crate::actor::Actor;
+use crate::actor::{Actor, Handler};
 use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::cell::ActorCell;
 use crate::dead_letters::{lock, DeadLetter, DeadLetterOffice};
 use crate::error::{SpawnError, SystemError};
+use crate::message::Message;
 use crate::props::Props;
+use crate::remote::registry::Registry;
+use crate::remote::{RemotePath, RemoteSettings, Remoting, RemotingShared};
 use crate::supervision::SupervisorStrategy;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Settings of an actor system.
@@ -64,9 +69,17 @@ pub(crate) struct SystemShared {
     next_name: AtomicU64,
     /// Taken at shutdown, which breaks the guardian <-> system cycle.
     guardians: Mutex<Option<Guardians>>,
+    /// Message types that can cross the wire.
+    pub(crate) registry: Registry,
+    /// Remoting, when enabled.
+    pub(crate) remote: OnceLock<Arc<RemotingShared>>,
 }
 
 impl SystemShared {
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     pub(crate) fn next_uid(&self) -> u64 {
         self.next_uid.fetch_add(1, Ordering::Relaxed)
     }
@@ -122,6 +135,36 @@ impl ActorSystem {
 
     /// Creates a system with these settings.
     pub fn with_settings(name: &str, settings: SystemSettings) -> Result<Self, SystemError> {
+        Self::builder(name).settings(settings).build()
+    }
+
+    /// A builder for a system with settings and, optionally, remoting.
+    ///
+    /// ```
+    /// use troupe_core::prelude::*;
+    /// use troupe_core::remote::RemoteSettings;
+    ///
+    /// let system = ActorSystem::builder("node")
+    ///     .remote(RemoteSettings::new("127.0.0.1:0").with_secret("change me"))
+    ///     .build()
+    ///     .unwrap();
+    /// let address = system.remoting().unwrap().address().clone();
+    /// assert_ne!(address.port(), 0);
+    /// troupe_core::rt::block_on(system.shutdown());
+    /// ```
+    pub fn builder(name: &str) -> ActorSystemBuilder {
+        ActorSystemBuilder {
+            name: name.to_string(),
+            settings: SystemSettings::default(),
+            remote: None,
+        }
+    }
+
+    fn create(
+        name: &str,
+        settings: SystemSettings,
+        remote: Option<RemoteSettings>,
+    ) -> Result<Self, SystemError> {
         let valid = name
             .chars()
             .next()
@@ -143,7 +186,14 @@ impl ActorSystem {
             next_uid: AtomicU64::new(fastrand::u64(1..u64::MAX / 2)),
             next_name: AtomicU64::new(0),
             guardians: Mutex::new(None),
+            registry: Registry::default(),
+            remote: OnceLock::new(),
         });
+        if let Some(remote) = remote {
+            remote.validate()?;
+            let remoting = RemotingShared::start(&shared, remote).map_err(SystemError::Remoting)?;
+            let _ = shared.remote.set(remoting);
+        }
         let guardian = |name: &str| {
             let props = Props::new(Guardian)
                 .with_name(name)
@@ -232,6 +282,70 @@ impl ActorSystem {
         self.lookup_any(path)?.downcast()
     }
 
+    /// This system's remoting, if it was started with it.
+    pub fn remoting(&self) -> Option<Remoting> {
+        self.shared.remote.get().map(|shared| Remoting {
+            shared: shared.clone(),
+        })
+    }
+
+    /// Registers message type `M`, handled by actor type `A`, for remoting:
+    /// do it on every node that sends `M` or hosts an `A` that receives it
+    /// from the network. Its manifest (`Message::manifest`) names it on the
+    /// wire, so it must be the same on every node.
+    ///
+    /// Unregistered messages are refused when sent to a remote actor
+    /// ([`TellError::NotSendable`](crate::TellError::NotSendable)), and are
+    /// logged and dropped when they arrive.
+    pub fn register<A, M>(&self) -> &Self
+    where
+        A: Handler<M>,
+        M: Message + Serialize + DeserializeOwned,
+        M::Reply: Serialize + DeserializeOwned,
+    {
+        self.shared.registry.register::<A, M>(false);
+        self
+    }
+
+    /// Registers `M` like [`register`](Self::register), sent on the control
+    /// connection: for small, urgent messages (heartbeats, membership
+    /// gossip) that must not wait behind ordinary traffic.
+    pub fn register_control<A, M>(&self) -> &Self
+    where
+        A: Handler<M>,
+        M: Message + Serialize + DeserializeOwned,
+        M::Reply: Serialize + DeserializeOwned,
+    {
+        self.shared.registry.register::<A, M>(true);
+        self
+    }
+
+    /// A reference to the actor at a full path, local or remote:
+    /// `troupe://SYSTEM@HOST:PORT/user/name` (optionally `#uid` for one
+    /// incarnation). A path of this system is looked up locally (the actor
+    /// must exist and be an `A`); a remote path gives a reference at once,
+    /// without a round trip: messages to an actor that does not exist there
+    /// become dead letters on that node.
+    pub fn resolve<A: Actor>(&self, path: &str) -> Result<ActorRef<A>, ResolveError> {
+        let parsed = RemotePath::parse(path).map_err(|e| ResolveError::BadPath(e.to_string()))?;
+        let Some(remoting) = self.remoting() else {
+            return Err(ResolveError::RemotingDisabled);
+        };
+        if &parsed.address == remoting.address() {
+            let found = self
+                .lookup_any(&parsed.path)
+                .filter(|r| parsed.uid == 0 || r.uid() == parsed.uid)
+                .ok_or_else(|| ResolveError::NotFound(path.to_string()))?;
+            return found.downcast::<A>().ok_or_else(|| {
+                ResolveError::WrongType(path.to_string(), std::any::type_name::<A>())
+            });
+        }
+        Ok(remoting
+            .remote_ref(parsed)
+            .downcast::<A>()
+            .expect("a remote reference takes any actor type"))
+    }
+
     /// Number of dead letters so far.
     pub fn dead_letter_count(&self) -> u64 {
         self.shared.dead_letters.count()
@@ -262,10 +376,68 @@ impl ActorSystem {
         g.user.wait_for_termination().await;
         g.system.stop();
         g.system.wait_for_termination().await;
+        if let Some(remoting) = self.shared.remote.get() {
+            remoting.shutdown().await;
+        }
         lock(&self.shared.guardians).take();
         tracing::debug!("actor system `{}` terminated", self.shared.name);
     }
 }
+
+/// Builds an [`ActorSystem`] (see [`ActorSystem::builder`]).
+#[derive(Debug)]
+pub struct ActorSystemBuilder {
+    name: String,
+    settings: SystemSettings,
+    remote: Option<RemoteSettings>,
+}
+
+impl ActorSystemBuilder {
+    /// The local runtime's settings.
+    pub fn settings(mut self, settings: SystemSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Enables remoting with these settings.
+    pub fn remote(mut self, remote: RemoteSettings) -> Self {
+        self.remote = Some(remote);
+        self
+    }
+
+    /// Creates the system (binding its port if remoting is enabled).
+    pub fn build(self) -> Result<ActorSystem, SystemError> {
+        ActorSystem::create(&self.name, self.settings, self.remote)
+    }
+}
+
+/// Why [`ActorSystem::resolve`] gave no reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    /// The text is not a full actor path.
+    BadPath(String),
+    /// Full paths need remoting enabled on this system.
+    RemotingDisabled,
+    /// A path of this system where no actor lives.
+    NotFound(String),
+    /// A path of this system whose actor is of another type.
+    WrongType(String, &'static str),
+}
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResolveError::BadPath(why) => f.write_str(why),
+            ResolveError::RemotingDisabled => f.write_str(
+                "resolving a full actor path needs remoting enabled on this actor system",
+            ),
+            ResolveError::NotFound(p) => write!(f, "no actor at {p}"),
+            ResolveError::WrongType(p, t) => write!(f, "the actor at {p} is not a `{t}`"),
+        }
+    }
+}
+
+impl std::error::Error for ResolveError {}
 
 /// A stream of dead letters (see [`ActorSystem::subscribe_dead_letters`]).
 pub struct DeadLetterSubscription {

@@ -52,11 +52,14 @@ impl<A: Actor> Context<A> {
         let me = self.myself().clone();
         rt::spawn(async move {
             if elapsed(delay, &mut cancel).await {
-                let _ = me.cell.enqueue(Node::new(TimerLetter {
-                    key: key_for_task,
-                    generation,
-                    msg,
-                }));
+                let _ = me
+                    .local_cell()
+                    .expect("timers belong to local actors")
+                    .enqueue(Node::new(TimerLetter {
+                        key: key_for_task,
+                        generation,
+                        msg,
+                    }));
             }
         });
     }
@@ -81,7 +84,12 @@ impl<A: Actor> Context<A> {
                     generation,
                     msg: msg.clone(),
                 });
-                if me.cell.enqueue(letter).is_err() {
+                if me
+                    .local_cell()
+                    .expect("timers belong to local actors")
+                    .enqueue(letter)
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -203,7 +211,10 @@ fn spawn_check<A: Handler<ReceiveTimeout>>(
     let (tx, mut rx) = oneshot::channel();
     rt::spawn(async move {
         if elapsed(wait, &mut rx).await {
-            let _ = me.cell.enqueue(Node::new(ReceiveTimeoutCheck { id }));
+            let _ = me
+                .local_cell()
+                .expect("timers belong to local actors")
+                .enqueue(Node::new(ReceiveTimeoutCheck { id }));
         }
     });
     tx

@@ -13,6 +13,10 @@ pub enum StopReason {
     /// It failed: a panic its supervisor strategy answered with stop, a
     /// restart limit that was exceeded, or an escalated failure.
     Failed(String),
+    /// Its node was lost (remote death watch: the node was found
+    /// unreachable, restarted, or quarantined); the actor may or may not
+    /// still run there, but it can no longer be reached from here.
+    NodeLost(String),
 }
 
 impl fmt::Display for StopReason {
@@ -20,6 +24,7 @@ impl fmt::Display for StopReason {
         match self {
             StopReason::Stopped => f.write_str("stopped"),
             StopReason::Failed(why) => write!(f, "failed: {why}"),
+            StopReason::NodeLost(why) => write!(f, "its node was lost: {why}"),
         }
     }
 }

@@ -1,0 +1,394 @@
+//! An association: everything this system keeps about one peer address —
+//! the two outbound connections (control and ordinary) with their queues
+//! and writer tasks, the peer's current UID, and the reliable delivery of
+//! system messages (sequence numbers, acknowledgements, redelivery).
+
+use crate::message::Message;
+use crate::remote::address::{Address, RemotePath};
+use crate::remote::connection::{client_handshake, Connection};
+use crate::remote::remote_ref::not_registered;
+use crate::remote::remoting::RemotingShared;
+use crate::remote::wire::{self, Stream, SysMsg};
+use crate::rt;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Why a message was not queued for the peer.
+#[derive(Debug)]
+pub(crate) enum SendError {
+    /// The queue to the peer is full (counted as a dead letter).
+    Full,
+    /// It cannot be sent at all.
+    NotSendable(String),
+}
+
+/// One outbound connection's queue of encoded frames.
+struct Lane {
+    tx: async_channel::Sender<Vec<u8>>,
+    rx: async_channel::Receiver<Vec<u8>>,
+    writer_started: AtomicBool,
+}
+
+impl Lane {
+    fn new(capacity: usize) -> Self {
+        let (tx, rx) = async_channel::bounded(capacity);
+        Lane {
+            tx,
+            rx,
+            writer_started: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Reliable delivery state of system messages, per peer incarnation.
+#[derive(Default)]
+struct SysState {
+    /// The peer's UID, once a handshake has told it.
+    peer_uid: Option<u64>,
+    next_seq: u64,
+    unacked: VecDeque<(u64, SysMsg)>,
+    /// When the oldest unacknowledged message was sent, or last progress.
+    waiting_since: Option<Instant>,
+    /// Highest sequence number received in order from the peer.
+    last_received: u64,
+}
+
+/// Everything this system keeps about one peer address.
+pub(crate) struct Association {
+    remoting: Arc<RemotingShared>,
+    pub(crate) address: Address,
+    /// This association's id as a watcher of local actors (high bit set, so
+    /// it never equals an actor's uid).
+    pub(crate) watcher_id: u64,
+    control: Lane,
+    ordinary: Lane,
+    sys: Mutex<SysState>,
+}
+
+impl Association {
+    pub(crate) fn new(remoting: Arc<RemotingShared>, address: Address) -> Self {
+        let settings = &remoting.settings;
+        Association {
+            control: Lane::new(settings.outbound_control_queue_size),
+            ordinary: Lane::new(settings.outbound_queue_size),
+            watcher_id: fastrand::u64(..) | (1 << 63),
+            sys: Mutex::new(SysState {
+                next_seq: 1,
+                ..SysState::default()
+            }),
+            remoting,
+            address,
+        }
+    }
+
+    pub(crate) fn remoting(&self) -> &Arc<RemotingShared> {
+        &self.remoting
+    }
+
+    fn lane(&self, stream: Stream) -> &Lane {
+        match stream {
+            Stream::Control => &self.control,
+            Stream::Ordinary => &self.ordinary,
+        }
+    }
+
+    fn sys(&self) -> MutexGuard<'_, SysState> {
+        self.sys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The peer's current UID, if known.
+    pub(crate) fn peer_uid(&self) -> Option<u64> {
+        self.sys().peer_uid
+    }
+
+    /// Encodes a user message for the peer.
+    fn encode_user<M: Message>(
+        &self,
+        to: &RemotePath,
+        msg: &M,
+        ask: u64,
+    ) -> Result<(Stream, Vec<u8>), SendError> {
+        if self.remoting.is_shut_down() {
+            return Err(SendError::NotSendable(
+                "the actor system is shut down".into(),
+            ));
+        }
+        let codec = self
+            .remoting
+            .system
+            .registry
+            .codec_of::<M>()
+            .ok_or_else(|| SendError::NotSendable(not_registered::<M>()))?;
+        let frame = wire::encode_msg(&to.path, to.uid, codec.manifest, ask, |b| {
+            (codec.encode)(msg, b)
+        })
+        .map_err(|e| SendError::NotSendable(format!("`{}` did not encode: {e}", codec.manifest)))?;
+        let max = self.remoting.settings.max_frame_size;
+        if frame.len() - 4 > max {
+            return Err(SendError::NotSendable(format!(
+                "a `{}` of {} bytes is larger than max_frame_size ({max} bytes)",
+                codec.manifest,
+                frame.len() - 4
+            )));
+        }
+        let stream = if codec.control {
+            Stream::Control
+        } else {
+            Stream::Ordinary
+        };
+        Ok((stream, frame))
+    }
+
+    /// Queues a user message for the peer.
+    pub(crate) fn send_user<M: Message>(
+        &self,
+        to: &RemotePath,
+        msg: &M,
+        ask: u64,
+    ) -> Result<(), SendError> {
+        let (stream, frame) = self.encode_user(to, msg, ask)?;
+        if self.enqueue(stream, frame) {
+            Ok(())
+        } else {
+            self.overflow(M::manifest());
+            Err(SendError::Full)
+        }
+    }
+
+    /// Queues a user message, waiting for room in the queue.
+    pub(crate) async fn send_user_waiting<M: Message>(
+        &self,
+        to: &RemotePath,
+        msg: &M,
+        ask: u64,
+    ) -> Result<(), SendError> {
+        let (stream, frame) = self.encode_user(to, msg, ask)?;
+        self.ensure_writer(stream);
+        match self.lane(stream).tx.send(frame).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(SendError::NotSendable(
+                "the actor system is shut down".into(),
+            )),
+        }
+    }
+
+    fn overflow(&self, what: &'static str) {
+        let addr = &self.address;
+        self.remoting
+            .system
+            .dead_letters
+            .record(|| format!("{addr} (outbound queue full)"), what);
+    }
+
+    /// Queues an encoded frame; false if the queue is full or closed.
+    pub(crate) fn enqueue(&self, stream: Stream, frame: Vec<u8>) -> bool {
+        self.ensure_writer(stream);
+        self.lane(stream).tx.try_send(frame).is_ok()
+    }
+
+    /// Sends the reply of an ask this node answered.
+    pub(crate) fn send_reply_frame(&self, frame: Vec<u8>) {
+        if !self.enqueue(Stream::Ordinary, frame) {
+            self.overflow("reply to a remote ask");
+        }
+    }
+
+    fn ensure_writer(&self, stream: Stream) {
+        let lane = self.lane(stream);
+        if !lane.writer_started.load(Ordering::Relaxed)
+            && !lane.writer_started.swap(true, Ordering::AcqRel)
+        {
+            let me = self.remoting.association(&self.address);
+            rt::spawn(async move { me.run_writer(stream).await });
+        }
+    }
+
+    /// Closes the queues: the writers end once they are drained.
+    pub(crate) fn close(&self) {
+        self.control.tx.close();
+        self.ordinary.tx.close();
+    }
+
+    /// Connects (with backoff), hands over, and writes the lane's frames,
+    /// reconnecting whenever the connection breaks, until shutdown.
+    async fn run_writer(self: Arc<Self>, stream: Stream) {
+        let settings = &self.remoting.settings;
+        let mut backoff = settings.reconnect_backoff_min;
+        let mut failures = 0u32;
+        loop {
+            if self.remoting.is_shut_down() {
+                return;
+            }
+            match client_handshake(&self, stream).await {
+                Ok((conn, peer_uid)) => {
+                    if failures > 0 {
+                        tracing::info!(
+                            "connected to {} ({stream:?}) after {failures} failed attempts",
+                            self.address
+                        );
+                    }
+                    failures = 0;
+                    backoff = settings.reconnect_backoff_min;
+                    if stream == Stream::Control {
+                        self.resend_unacked();
+                    }
+                    match self.write_frames(conn, peer_uid, stream).await {
+                        Ok(()) => return,
+                        Err(e) => {
+                            tracing::info!("connection to {} ({stream:?}) lost: {e}", self.address)
+                        }
+                    }
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 {
+                        tracing::warn!(
+                            "cannot connect to {} ({stream:?}): {e}; retrying with backoff",
+                            self.address
+                        );
+                    } else {
+                        tracing::debug!("cannot connect to {} ({stream:?}): {e}", self.address);
+                    }
+                }
+            }
+            if self.remoting.is_shut_down() {
+                return;
+            }
+            rt::sleep(backoff).await;
+            backoff = (backoff * 2).min(settings.reconnect_backoff_max);
+        }
+    }
+
+    /// Writes queued frames in batches: everything waiting is written with
+    /// one system call. Returns `Ok` when the queue is closed (shutdown).
+    async fn write_frames(
+        &self,
+        mut conn: Connection,
+        peer_uid: u64,
+        stream: Stream,
+    ) -> std::io::Result<()> {
+        use futures_lite::AsyncWriteExt;
+        const BATCH: usize = 64 * 1024;
+        let rx = &self.lane(stream).rx;
+        let faults = self.remoting.faults.as_ref();
+        let mut buf = Vec::with_capacity(BATCH);
+        loop {
+            let Ok(first) = rx.recv().await else {
+                let _ = conn.stream.close().await;
+                return Ok(());
+            };
+            if self.remoting.is_quarantined(&self.address, peer_uid) {
+                return Err(std::io::Error::other("the peer was quarantined"));
+            }
+            buf.clear();
+            let mut next = Some(first);
+            while let Some(frame) = next {
+                if faults.is_none_or(|f| f.passes_send(&self.address)) {
+                    buf.extend_from_slice(&frame);
+                }
+                next = if buf.len() < BATCH {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            if !buf.is_empty() {
+                conn.stream.write_all(&buf).await?;
+            }
+        }
+    }
+
+    /// Sends a system message reliably.
+    pub(crate) fn send_sys(&self, msg: SysMsg) {
+        let frame = {
+            let mut st = self.sys();
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            let frame = wire::encode_sys(seq, &msg);
+            st.unacked.push_back((seq, msg));
+            st.waiting_since.get_or_insert_with(Instant::now);
+            frame
+        };
+        // If the queue is full, the redelivery timer sends it later.
+        let _ = self.enqueue(Stream::Control, frame);
+    }
+
+    /// The peer acknowledged every system message up to `seq`.
+    pub(crate) fn ack_sys(&self, seq: u64) {
+        let mut st = self.sys();
+        let before = st.unacked.len();
+        while st.unacked.front().is_some_and(|(s, _)| *s <= seq) {
+            st.unacked.pop_front();
+        }
+        if st.unacked.is_empty() {
+            st.waiting_since = None;
+        } else if st.unacked.len() < before {
+            st.waiting_since = Some(Instant::now());
+        }
+    }
+
+    /// A system message from the peer: `Some(msg)` if it is the next one
+    /// in order (to be acted on); an acknowledgement is sent either way.
+    pub(crate) fn receive_sys(&self, seq: u64, msg: SysMsg) -> Option<SysMsg> {
+        let (deliver, ack) = {
+            let mut st = self.sys();
+            if seq == st.last_received + 1 {
+                st.last_received = seq;
+                (Some(msg), seq)
+            } else {
+                (None, st.last_received)
+            }
+        };
+        let _ = self.enqueue(Stream::Control, wire::encode_sys_ack(ack));
+        deliver
+    }
+
+    /// Queues every unacknowledged system message again. Returns how long
+    /// the oldest has waited, if any.
+    pub(crate) fn resend_unacked(&self) -> Option<std::time::Duration> {
+        let (frames, waited) = {
+            let st = self.sys();
+            let frames: Vec<Vec<u8>> = st
+                .unacked
+                .iter()
+                .map(|(seq, msg)| wire::encode_sys(*seq, msg))
+                .collect();
+            (frames, st.waiting_since.map(|t| t.elapsed()))
+        };
+        for f in frames {
+            if !self.enqueue(Stream::Control, f) {
+                break;
+            }
+        }
+        waited
+    }
+
+    /// Records the UID a handshake reported. Returns the previous UID when
+    /// it differs (the peer restarted): the caller quarantines it.
+    pub(crate) fn set_peer_uid(&self, uid: u64) -> Option<u64> {
+        let mut st = self.sys();
+        match st.peer_uid {
+            Some(old) if old == uid => None,
+            old => {
+                st.peer_uid = Some(uid);
+                old
+            }
+        }
+    }
+
+    /// Forgets the state of a peer incarnation that was quarantined: its
+    /// pending system messages are void and a new incarnation starts
+    /// counting from 1.
+    pub(crate) fn reset_incarnation(&self, quarantined_uid: u64) {
+        let mut st = self.sys();
+        if st.peer_uid == Some(quarantined_uid) {
+            st.peer_uid = None;
+        }
+        st.next_seq = 1;
+        st.unacked.clear();
+        st.waiting_since = None;
+        st.last_received = 0;
+    }
+}

@@ -1,0 +1,122 @@
+//! The fault-injection switch of the transport, for tests: like Akka's
+//! TestConductor, it blackholes or drops traffic between this system and a
+//! peer, in one or both directions, and can be switched at run time. It
+//! exists only when `RemoteSettings::fault_injection` is on.
+
+use crate::remote::address::Address;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Which traffic a fault applies to, seen from this system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Frames this system sends to the peer.
+    Send,
+    /// Frames this system receives from the peer.
+    Receive,
+    /// Both.
+    Both,
+}
+
+/// What happens to the frames of one direction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Pass,
+    Blackhole,
+    /// Drops each frame with this probability.
+    Drop(f64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Rule {
+    send: Mode,
+    receive: Mode,
+}
+
+/// The switch. Get it with [`Remoting::fault_injector`](crate::remote::Remoting::fault_injector).
+///
+/// ```
+/// use troupe_core::prelude::*;
+/// use troupe_core::remote::{Direction, RemoteSettings};
+///
+/// let system = ActorSystem::builder("a")
+///     .remote(RemoteSettings::new("127.0.0.1:0").with_fault_injection())
+///     .build()
+///     .unwrap();
+/// let faults = system.remoting().unwrap().fault_injector().unwrap();
+/// let peer = "troupe://b@127.0.0.1:2552".parse().unwrap();
+/// faults.blackhole(&peer, Direction::Both);
+/// faults.pass_through(&peer);
+/// troupe_core::rt::block_on(system.shutdown());
+/// ```
+///
+/// Clones are handles to the same switch.
+#[derive(Debug, Default, Clone)]
+pub struct FaultInjector {
+    inner: Arc<Rules>,
+}
+
+#[derive(Debug, Default)]
+struct Rules {
+    /// Fast path: no rule at all.
+    any: AtomicBool,
+    rules: RwLock<HashMap<Address, Rule>>,
+}
+
+impl FaultInjector {
+    fn set(&self, peer: &Address, direction: Direction, mode: Mode) {
+        let mut rules = self.inner.rules.write().unwrap_or_else(|e| e.into_inner());
+        let rule = rules.entry(peer.clone()).or_insert(Rule {
+            send: Mode::Pass,
+            receive: Mode::Pass,
+        });
+        if matches!(direction, Direction::Send | Direction::Both) {
+            rule.send = mode;
+        }
+        if matches!(direction, Direction::Receive | Direction::Both) {
+            rule.receive = mode;
+        }
+        rules.retain(|_, r| r.send != Mode::Pass || r.receive != Mode::Pass);
+        self.inner.any.store(!rules.is_empty(), Ordering::Release);
+        tracing::warn!("fault injection: traffic with {peer} ({direction:?}) is now {mode:?}");
+    }
+
+    /// Silently discards every frame between this system and `peer` in
+    /// `direction` (heartbeats included), keeping the connections open.
+    pub fn blackhole(&self, peer: &Address, direction: Direction) {
+        self.set(peer, direction, Mode::Blackhole);
+    }
+
+    /// Drops each frame in `direction` with probability `rate` (0 to 1).
+    pub fn drop_frames(&self, peer: &Address, direction: Direction, rate: f64) {
+        self.set(peer, direction, Mode::Drop(rate.clamp(0.0, 1.0)));
+    }
+
+    /// Lets all traffic with `peer` through again.
+    pub fn pass_through(&self, peer: &Address) {
+        self.set(peer, Direction::Both, Mode::Pass);
+    }
+
+    fn passes(&self, peer: &Address, pick: fn(&Rule) -> Mode) -> bool {
+        if !self.inner.any.load(Ordering::Acquire) {
+            return true;
+        }
+        let rules = self.inner.rules.read().unwrap_or_else(|e| e.into_inner());
+        match rules.get(peer).map(pick) {
+            None | Some(Mode::Pass) => true,
+            Some(Mode::Blackhole) => false,
+            Some(Mode::Drop(rate)) => fastrand::f64() >= rate,
+        }
+    }
+
+    /// True if a frame to `peer` may be sent.
+    pub(crate) fn passes_send(&self, peer: &Address) -> bool {
+        self.passes(peer, |r| r.send)
+    }
+
+    /// True if a frame from `peer` may be received.
+    pub(crate) fn passes_receive(&self, peer: &Address) -> bool {
+        self.passes(peer, |r| r.receive)
+    }
+}

@@ -1,0 +1,159 @@
+//! Handling of decoded inbound frames: user messages to local actors,
+//! replies to our asks, system messages, acknowledgements and heartbeats.
+
+use crate::actor_ref::AnyActorRef;
+use crate::remote::association::Association;
+use crate::remote::registry::DispatchError;
+use crate::remote::remoting::RemotingShared;
+use crate::remote::reply::ReplySink;
+use crate::remote::serde_context;
+use crate::remote::wire::{self, Frame, ReplyBody, Stream, UserMsg};
+use crate::system::ActorSystem;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Looked-up recipients kept per connection (a path lookup walks the
+/// hierarchy under locks; most traffic goes to few actors).
+const RECIPIENT_CACHE: usize = 1024;
+
+/// Handles the frames of one inbound connection.
+pub(crate) struct InboundHandler {
+    remoting: Arc<RemotingShared>,
+    assoc: Arc<Association>,
+    recipients: HashMap<String, AnyActorRef>,
+}
+
+impl InboundHandler {
+    pub(crate) fn new(remoting: Arc<RemotingShared>, assoc: Arc<Association>) -> Self {
+        InboundHandler {
+            remoting,
+            assoc,
+            recipients: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn handle(&mut self, body: &[u8]) {
+        let frame = match wire::decode(body) {
+            Ok(f) => f,
+            Err(e) => {
+                self.remoting.log_bad_input(format_args!(
+                    "dropped a frame from {}: {e}",
+                    self.assoc.address
+                ));
+                return;
+            }
+        };
+        if let Some(f) = &self.remoting.faults {
+            if !f.passes_receive(&self.assoc.address) {
+                return;
+            }
+        }
+        match frame {
+            Frame::Msg(m) => self.deliver(m),
+            Frame::Reply { ask, body } => {
+                let result = match body {
+                    ReplyBody::Ok(bytes) => Ok(bytes),
+                    ReplyBody::Err(why) => Err(crate::error::AskError::Remote(why)),
+                };
+                // No one waiting: the asker timed out.
+                self.remoting.asks.complete(ask, result);
+            }
+            Frame::Sys { seq, msg } => {
+                if let Some(msg) = self.assoc.receive_sys(seq, msg) {
+                    self.remoting.on_system_message(&self.assoc, msg);
+                }
+            }
+            Frame::SysAck { seq } => self.assoc.ack_sys(seq),
+            Frame::Heartbeat => {
+                let _ = self.assoc.enqueue(
+                    Stream::Control,
+                    wire::encode_heartbeat_rsp(self.remoting.uid),
+                );
+            }
+            Frame::HeartbeatRsp { uid } => self.remoting.watch.heartbeat_from(&self.assoc, uid),
+            Frame::Hello(_)
+            | Frame::Challenge(_)
+            | Frame::Auth(_)
+            | Frame::Accepted
+            | Frame::Refused(_) => self.remoting.log_bad_input(format_args!(
+                "dropped a handshake frame from {} on an established connection",
+                self.assoc.address
+            )),
+        }
+    }
+
+    fn recipient(&mut self, path: &str, uid: u64) -> Option<AnyActorRef> {
+        if let Some(r) = self.recipients.get(path) {
+            if !r.is_terminated() && (uid == 0 || r.uid() == uid) {
+                return Some(r.clone());
+            }
+            self.recipients.remove(path);
+        }
+        let system = ActorSystem::from_shared(self.remoting.system.clone());
+        let r = system.lookup_any(path)?;
+        if uid != 0 && r.uid() != uid {
+            return None;
+        }
+        if self.recipients.len() >= RECIPIENT_CACHE {
+            self.recipients.clear();
+        }
+        self.recipients.insert(path.to_string(), r.clone());
+        Some(r)
+    }
+
+    fn deliver(&mut self, m: UserMsg<'_>) {
+        let reply = (m.ask != 0).then(|| ReplySink {
+            assoc: self.assoc.clone(),
+            ask: m.ask,
+        });
+        let Some(target) = self.recipient(m.to, m.to_uid) else {
+            let manifest = self.remoting.static_manifest(m.manifest);
+            let addr = &self.remoting.address;
+            self.remoting
+                .system
+                .dead_letters
+                .record(|| format!("{addr}{}", m.to), manifest);
+            if let Some(r) = reply {
+                r.send(ReplyBody::Err(format!(
+                    "no actor at {}{}",
+                    self.remoting.address, m.to
+                )));
+            }
+            return;
+        };
+        let actor_type = target.local().map(|c| c.actor_type());
+        let dispatch = actor_type
+            .ok_or("the recipient is not local")
+            .and_then(|t| self.remoting.system.registry.dispatcher(m.manifest, t));
+        let dispatch = match dispatch {
+            Ok(d) => d,
+            Err(why) => {
+                self.remoting.log_bad_input(format_args!(
+                    "dropped a `{}` from {} for {}: {why}",
+                    m.manifest, self.assoc.address, m.to
+                ));
+                if let Some(r) = reply {
+                    r.send(ReplyBody::Err(format!(
+                        "`{}` cannot be delivered: {why}",
+                        m.manifest
+                    )));
+                }
+                return;
+            }
+        };
+        let result = serde_context::with_system(&self.remoting.system, || {
+            dispatch(&target, m.payload, reply)
+        });
+        match result {
+            Ok(()) | Err(DispatchError::Stopped) => {}
+            Err(DispatchError::Undecodable(why)) => self.remoting.log_bad_input(format_args!(
+                "dropped a `{}` from {} for {}: it did not decode: {why}",
+                m.manifest, self.assoc.address, m.to
+            )),
+            Err(DispatchError::MailboxFull) => self.remoting.log_bad_input(format_args!(
+                "dropped a `{}` from {} for {}: its mailbox is full",
+                m.manifest, self.assoc.address, m.to
+            )),
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The actor system that is decoding a message, so that actor references
+//! inside it can be rebuilt (a reference is only meaningful relative to a
+//! system: local, or remote through that system's connections). Akka keeps
+//! the same information in a dynamic variable while it deserializes.
+
+use crate::system::SystemShared;
+use serde::de::DeserializeOwned;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<SystemShared>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `system` as the decoding system of this thread.
+pub(crate) fn with_system<R>(system: &Arc<SystemShared>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<SystemShared>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            CURRENT.with(|c| *c.borrow_mut() = prev);
+        }
+    }
+    let prev = CURRENT.with(|c| c.borrow_mut().replace(system.clone()));
+    let _restore = Restore(prev);
+    f()
+}
+
+/// The system decoding on this thread, if any.
+pub(crate) fn current() -> Option<Arc<SystemShared>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Decodes a MessagePack value (in the current decoding context).
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    rmp_serde::from_slice(bytes).map_err(|e| e.to_string())
+}

@@ -1,0 +1,453 @@
+//! Remoting between actor systems in one process, over real TCP on
+//! loopback (port 0): tell, ask, references inside messages, ordering,
+//! authentication, bad input, restart with a new UID and quarantine,
+//! remote death watch, and the fault-injection switch.
+
+mod common;
+
+use common::{eventually, init_logging, next, within};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::time::Duration;
+use troupe_core::prelude::*;
+use troupe_core::remote::{Direction, RemoteSettings};
+use troupe_core::{rt, AskError, TellError};
+
+#[derive(Message, Serialize, Deserialize, Debug, Clone)]
+#[message(reply = u64)]
+struct Add(u64);
+
+#[derive(Message, Serialize, Deserialize, Debug)]
+struct Record(u64);
+
+#[derive(Message, Serialize, Deserialize, Debug)]
+#[message(reply = Vec<u64>)]
+struct Recorded;
+
+/// Asks a remote actor to answer to `reply_to` (a reference travelling
+/// inside a message).
+#[derive(Message, Serialize, Deserialize, Debug)]
+struct PingTo {
+    n: u64,
+    reply_to: ActorRef<Collector>,
+}
+
+#[derive(Message, Serialize, Deserialize, Debug)]
+struct Pong(u64);
+
+#[derive(Message, Serialize, Deserialize, Debug)]
+#[message(reply = String)]
+struct Panic;
+
+#[derive(Message, Serialize, Deserialize, Debug)]
+struct Unregistered;
+
+#[derive(Message, Serialize, Deserialize, Debug)]
+struct Blob(#[serde(with = "serde_bytes")] Vec<u8>);
+
+#[derive(Default)]
+struct Counter {
+    total: u64,
+    seen: Vec<u64>,
+}
+impl Actor for Counter {}
+
+#[handlers]
+impl Counter {
+    async fn add(&mut self, msg: Add, _ctx: &mut Context<Self>) -> u64 {
+        self.total += msg.0;
+        self.total
+    }
+    async fn record(&mut self, msg: Record, _ctx: &mut Context<Self>) {
+        self.seen.push(msg.0);
+    }
+    /// The next recorded numbers, at most 10,000 (a reply must fit in a frame).
+    async fn recorded(&mut self, _msg: Recorded, _ctx: &mut Context<Self>) -> Vec<u64> {
+        let n = self.seen.len().min(10_000);
+        self.seen.drain(..n).collect()
+    }
+    async fn ping_to(&mut self, msg: PingTo, _ctx: &mut Context<Self>) {
+        msg.reply_to.tell(Pong(msg.n * 2)).unwrap();
+    }
+    async fn panic(&mut self, _msg: Panic, _ctx: &mut Context<Self>) -> String {
+        panic!("boom")
+    }
+    async fn unregistered(&mut self, _msg: Unregistered, _ctx: &mut Context<Self>) {}
+    async fn blob(&mut self, _msg: Blob, _ctx: &mut Context<Self>) {}
+}
+
+struct Collector(async_channel::Sender<u64>);
+impl Actor for Collector {}
+
+#[handlers]
+impl Collector {
+    async fn pong(&mut self, msg: Pong, _ctx: &mut Context<Self>) {
+        let _ = self.0.send(msg.0).await;
+    }
+}
+
+/// Watches what it is told to watch and reports `Terminated`.
+struct Watcher(async_channel::Sender<(String, StopReason)>);
+impl Actor for Watcher {}
+
+#[derive(Message)]
+struct WatchIt(AnyActorRef);
+
+#[handlers]
+impl Watcher {
+    async fn watch_it(&mut self, msg: WatchIt, ctx: &mut Context<Self>) {
+        ctx.watch_any(&msg.0);
+    }
+    async fn terminated(&mut self, t: Terminated, _ctx: &mut Context<Self>) {
+        let _ = self.0.send((t.actor.to_string(), t.reason)).await;
+    }
+}
+
+fn settings(bind: &str) -> RemoteSettings {
+    let mut s = RemoteSettings::new(bind)
+        .with_secret("test-secret")
+        .with_fault_injection();
+    s.reconnect_backoff_max = Duration::from_millis(200);
+    s.system_message_resend_interval = Duration::from_millis(200);
+    s.watch_heartbeat_interval = Duration::from_millis(200);
+    s.watch_failure_detector.acceptable_heartbeat_pause = Duration::from_millis(1500);
+    s.watch_failure_detector.first_heartbeat_estimate = Duration::from_millis(200);
+    s.watch_failure_detector.threshold = 8.0;
+    s
+}
+
+fn node_with(name: &str, remote: RemoteSettings) -> ActorSystem {
+    let system = ActorSystem::builder(name).remote(remote).build().unwrap();
+    system
+        .register::<Counter, Add>()
+        .register::<Counter, Record>()
+        .register::<Counter, Recorded>()
+        .register::<Counter, PingTo>()
+        .register::<Counter, Panic>()
+        .register::<Counter, Blob>()
+        .register::<Collector, Pong>();
+    system
+}
+
+fn node(name: &str) -> ActorSystem {
+    node_with(name, settings("127.0.0.1:0"))
+}
+
+fn path_of(system: &ActorSystem, name: &str) -> String {
+    format!("{}/user/{name}", system.remoting().unwrap().address())
+}
+
+#[test]
+fn tell_ask_and_refs_inside_messages() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        assert!(counter.is_remote());
+        assert_eq!(counter.to_string(), path_of(&b, "counter"));
+
+        counter.tell(Add(2)).unwrap();
+        assert_eq!(within("remote ask", counter.ask(Add(3))).await.unwrap(), 5);
+
+        // A reference to an actor on `a` travels to `b` and is used there.
+        let (tx, rx) = async_channel::unbounded();
+        let collector = a.spawn(Collector(tx));
+        counter
+            .tell(PingTo {
+                n: 21,
+                reply_to: collector,
+            })
+            .unwrap();
+        assert_eq!(next(&rx).await, 42);
+
+        // A panicking handler answers the remote asker with an error, promptly.
+        b.spawn_named("crasher", Counter::default()).unwrap();
+        let crasher: ActorRef<Counter> = a.resolve(&path_of(&b, "crasher")).unwrap();
+        let e = within("failed ask", crasher.ask(Panic)).await.unwrap_err();
+        assert!(matches!(e, AskError::Remote(_)), "{e:?}");
+
+        // An unregistered message is refused at the sender with a clear error.
+        match counter.tell(Unregistered) {
+            Err(TellError::NotSendable(_, why)) => assert!(why.contains("register"), "{why}"),
+            other => panic!("expected NotSendable, got {other:?}"),
+        }
+
+        // A path of the system itself resolves locally.
+        let local: ActorRef<Counter> = b.resolve(&path_of(&b, "counter")).unwrap();
+        assert!(!local.is_remote());
+        assert!(b.resolve::<Collector>(&path_of(&b, "counter")).is_err());
+
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn one_senders_messages_keep_their_order() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        const N: u64 = 100_000;
+        for i in 0..N {
+            counter.send(Record(i)).await.unwrap();
+        }
+        let mut got = Vec::new();
+        while got.len() < N as usize {
+            let batch = counter
+                .ask_timeout(Recorded, Duration::from_secs(60))
+                .await
+                .unwrap();
+            got.extend(batch);
+        }
+        assert!(
+            got.iter().copied().eq(0..N),
+            "messages arrived out of order"
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn a_peer_with_a_wrong_secret_is_refused() {
+    init_logging();
+    rt::block_on(async {
+        let a = node_with("a", settings("127.0.0.1:0").with_secret("wrong"));
+        let b = node("b");
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        counter.tell(Add(1)).unwrap();
+        let e = counter
+            .ask_timeout(Add(1), Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, AskError::Timeout(_)), "{e:?}");
+        // Nothing got through: the counter is still at zero.
+        let local: ActorRef<Counter> = b.lookup("/user/counter").unwrap();
+        assert_eq!(local.ask(Add(0)).await.unwrap(), 0);
+        assert!(a
+            .remoting()
+            .unwrap()
+            .peer_uid(b.remoting().unwrap().address())
+            .is_none());
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn garbage_and_oversized_frames_do_not_break_other_traffic() {
+    init_logging();
+    rt::block_on(async {
+        let mut small = settings("127.0.0.1:0");
+        small.max_frame_size = 4096;
+        let a = node("a");
+        let b = node_with("b", small);
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        assert_eq!(within("first ask", counter.ask(Add(1))).await.unwrap(), 1);
+
+        let port = b.remoting().unwrap().address().port();
+        let before = b.remoting().unwrap().bad_input_count();
+        // Garbage from raw sockets: not a preamble, a good preamble then
+        // junk, and a huge length prefix.
+        let junk: [&[u8]; 3] = [
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"TRP\x01\x00\x00\x00\x05\xff\xff\xff\xff\xff",
+            b"TRP\x01\xff\xff\xff\xff",
+        ];
+        for bytes in junk {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(bytes).unwrap();
+        }
+        eventually("bad input counted", || {
+            b.remoting().unwrap().bad_input_count() >= before + 3
+        })
+        .await;
+
+        // A frame over b's limit (a's is larger) is skipped by b; the
+        // connection and the messages behind it go on.
+        let before = b.remoting().unwrap().bad_input_count();
+        counter.tell(Blob(vec![7; 10_000])).unwrap();
+        assert_eq!(
+            within("ask after garbage", counter.ask(Add(1)))
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(b.remoting().unwrap().bad_input_count(), before + 1);
+
+        // A message over the sender's own limit is refused at once.
+        let tiny = node_with("c", {
+            let mut s = settings("127.0.0.1:0");
+            s.max_frame_size = 1024;
+            s
+        });
+        let via_tiny: ActorRef<Counter> = tiny.resolve(&path_of(&b, "counter")).unwrap();
+        match via_tiny.tell(Blob(vec![0; 2000])) {
+            Err(TellError::NotSendable(_, why)) => assert!(why.contains("max_frame_size"), "{why}"),
+            other => panic!("expected NotSendable, got {other:?}"),
+        }
+        tiny.shutdown().await;
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn remote_watch_delivers_terminated_when_the_actor_stops() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        let target = b.spawn_named("target", Counter::default()).unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let watcher = a.spawn(Watcher(tx));
+        let remote: ActorRef<Counter> = a.resolve(&path_of(&b, "target")).unwrap();
+        watcher.tell(WatchIt(remote.to_any())).unwrap();
+        // The watch is in place once a round trip on the same node is done.
+        within("ask", remote.ask(Add(1))).await.unwrap();
+        eventually("watch registered", || {
+            b.lookup::<Counter>("/user/target").is_some()
+        })
+        .await;
+        rt::sleep(Duration::ZERO).await;
+        target.stop();
+        let (who, reason) = next(&rx).await;
+        assert_eq!(who, path_of(&b, "target"));
+        assert_eq!(reason, StopReason::Stopped);
+
+        // Watching an actor that does not exist there: `Terminated` at once.
+        let ghost: ActorRef<Counter> = a.resolve(&path_of(&b, "ghost")).unwrap();
+        watcher.tell(WatchIt(ghost.to_any())).unwrap();
+        let (who, _) = next(&rx).await;
+        assert_eq!(who, path_of(&b, "ghost"));
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn a_restarted_peer_gets_a_new_uid_and_the_old_one_is_quarantined() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b1 = node("b");
+        let b_addr = b1.remoting().unwrap().address().clone();
+        let old_uid = b1.remoting().unwrap().uid();
+        b1.spawn_named("counter", Counter::default()).unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let watcher = a.spawn(Watcher(tx));
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b1, "counter")).unwrap();
+        watcher.tell(WatchIt(counter.to_any())).unwrap();
+        assert_eq!(within("ask", counter.ask(Add(5))).await.unwrap(), 5);
+
+        // The death-watch notification of b1's orderly shutdown is lost, as
+        // if b1 had crashed.
+        let ra = a.remoting().unwrap();
+        let faults = ra.fault_injector().unwrap();
+        faults.blackhole(&b_addr, Direction::Receive);
+        b1.shutdown().await;
+        faults.pass_through(&b_addr);
+        // The same port, a new incarnation.
+        let b2 = node_with("b", settings(&format!("127.0.0.1:{}", b_addr.port())));
+        assert_ne!(b2.remoting().unwrap().uid(), old_uid);
+        b2.spawn_named("counter", Counter::default()).unwrap();
+        let answer = async {
+            loop {
+                if let Ok(v) = counter
+                    .ask_timeout(Add(1), Duration::from_millis(300))
+                    .await
+                {
+                    return v;
+                }
+            }
+        };
+        // A fresh counter answers: the new incarnation works.
+        assert_eq!(within("ask to the new incarnation", answer).await, 1);
+        eventually("old UID quarantined", || {
+            ra.is_quarantined(&b_addr, old_uid)
+        })
+        .await;
+        let (who, reason) = next(&rx).await;
+        assert_eq!(who, path_of(&b2, "counter"));
+        assert!(matches!(reason, StopReason::NodeLost(_)), "{reason:?}");
+        a.shutdown().await;
+        b2.shutdown().await;
+    });
+}
+
+#[test]
+fn blackhole_stops_traffic_and_healing_restores_it() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        assert_eq!(within("ask", counter.ask(Add(1))).await.unwrap(), 1);
+
+        let ra = a.remoting().unwrap();
+        let faults = ra.fault_injector().unwrap();
+        let b_addr = b.remoting().unwrap().address().clone();
+        faults.blackhole(&b_addr, Direction::Both);
+        let e = counter
+            .ask_timeout(Add(1), Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, AskError::Timeout(_)), "{e:?}");
+        faults.pass_through(&b_addr);
+        // The message sent into the blackhole is lost (at most once); new
+        // traffic flows again.
+        assert_eq!(
+            within("ask after healing", counter.ask(Add(1)))
+                .await
+                .unwrap(),
+            2
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn an_unreachable_node_ends_remote_watches_by_the_failure_detector() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        b.spawn_named("target", Counter::default()).unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let watcher = a.spawn(Watcher(tx));
+        let remote: ActorRef<Counter> = a.resolve(&path_of(&b, "target")).unwrap();
+        within("ask", remote.ask(Add(1))).await.unwrap();
+        watcher.tell(WatchIt(remote.to_any())).unwrap();
+        let b_addr = b.remoting().unwrap().address().clone();
+        let b_uid = b.remoting().unwrap().uid();
+        // Heartbeats flow for a while, then the link goes dark.
+        rt::sleep(Duration::from_millis(600)).await;
+        a.remoting()
+            .unwrap()
+            .fault_injector()
+            .unwrap()
+            .blackhole(&b_addr, Direction::Both);
+        let started = std::time::Instant::now();
+        let (who, reason) = next(&rx).await;
+        assert_eq!(who, path_of(&b, "target"));
+        assert!(matches!(reason, StopReason::NodeLost(_)), "{reason:?}");
+        // Acceptable pause 1.5 s plus a few heartbeat intervals.
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(a.remoting().unwrap().is_quarantined(&b_addr, b_uid));
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
