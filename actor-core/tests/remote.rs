@@ -133,6 +133,18 @@ fn node(name: &str) -> ActorSystem {
     node_with(name, settings("127.0.0.1:0"))
 }
 
+/// Writes `bytes` on a raw connection and returns all that comes back
+/// until the server closes it.
+fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(common::DEADLINE)).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    got
+}
+
 fn path_of(system: &ActorSystem, name: &str) -> String {
     format!("{}/user/{name}", system.remoting().unwrap().address())
 }
@@ -449,5 +461,102 @@ fn an_unreachable_node_ends_remote_watches_by_the_failure_detector() {
         assert!(a.remoting().unwrap().is_quarantined(&b_addr, b_uid));
         a.shutdown().await;
         b.shutdown().await;
+    });
+}
+
+#[test]
+fn system_messages_sent_into_a_blackhole_are_redelivered_after_healing() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        let target = b.spawn_named("target", Counter::default()).unwrap();
+        let remote: ActorRef<Counter> = a.resolve(&path_of(&b, "target")).unwrap();
+        within("ask", remote.ask(Add(1))).await.unwrap();
+        let ra = a.remoting().unwrap();
+        let faults = ra.fault_injector().unwrap();
+        let b_addr = b.remoting().unwrap().address().clone();
+        // The watch request goes into the blackhole...
+        faults.blackhole(&b_addr, Direction::Send);
+        let (tx, rx) = async_channel::unbounded();
+        let watcher = a.spawn(Watcher(tx));
+        watcher.tell(WatchIt(remote.to_any())).unwrap();
+        rt::sleep(Duration::from_millis(500)).await;
+        // ...and redelivered once the link heals: whether it arrives before
+        // or after the stop, the watcher learns of it (without redelivery,
+        // it never would).
+        faults.pass_through(&b_addr);
+        target.stop();
+        let (who, reason) = next(&rx).await;
+        assert_eq!(who, path_of(&b, "target"));
+        assert_eq!(reason, StopReason::Stopped);
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn unknown_manifests_and_wrong_versions_are_dropped_and_logged() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        // b does not register `Record`.
+        let b = ActorSystem::builder("b")
+            .remote(settings("127.0.0.1:0"))
+            .build()
+            .unwrap();
+        b.register::<Counter, Add>();
+        a.register::<Counter, Add>();
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let rb = b.remoting().unwrap();
+        let before = rb.bad_input_count();
+        counter.tell(Record(1)).unwrap();
+        assert_eq!(within("ask", counter.ask(Add(2))).await.unwrap(), 2);
+        eventually("unknown manifest counted", || rb.bad_input_count() > before).await;
+
+        // A peer speaking another protocol version gets our preamble back
+        // and is disconnected.
+        let port = rb.address().port();
+        let answer = raw_exchange(port, b"TRP\x09");
+        assert_eq!(answer, b"TRP\x01");
+        assert_eq!(within("ask", counter.ask(Add(1))).await.unwrap(), 3);
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn the_queue_to_an_unreachable_peer_is_bounded() {
+    init_logging();
+    rt::block_on(async {
+        let mut s = settings("127.0.0.1:0");
+        s.outbound_queue_size = 10;
+        let a = node_with("a", s);
+        // Nothing listens there.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        drop(free);
+        let nowhere: ActorRef<Counter> = a
+            .resolve(&format!("troupe://b@127.0.0.1:{port}/user/counter"))
+            .unwrap();
+        let before = a.dead_letter_count();
+        let mut refused = 0;
+        for i in 0..100 {
+            if let Err(TellError::MailboxFull(_)) = nowhere.tell(Record(i)) {
+                refused += 1;
+            }
+        }
+        assert!(refused >= 89, "only {refused} refused");
+        assert!(a.dead_letter_count() >= before + refused);
+        let e = nowhere
+            .ask_timeout(Add(1), Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, AskError::MailboxFull | AskError::Timeout(_)),
+            "{e:?}"
+        );
+        a.shutdown().await;
     });
 }
