@@ -6,12 +6,13 @@
 use crate::message::Message;
 use crate::remote::address::{Address, RemotePath};
 use crate::remote::connection::{client_handshake, Connection};
+use crate::remote::lane::Lane;
 use crate::remote::remote_ref::not_registered;
-use crate::remote::remoting::RemotingShared;
+use crate::remote::remoting::{QuarantineCheck, RemotingShared};
 use crate::remote::wire::{self, Stream, SysMsg};
 use crate::rt;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -22,24 +23,6 @@ pub(crate) enum SendError {
     Full,
     /// It cannot be sent at all.
     NotSendable(String),
-}
-
-/// One outbound connection's queue of encoded frames.
-struct Lane {
-    tx: async_channel::Sender<Vec<u8>>,
-    rx: async_channel::Receiver<Vec<u8>>,
-    writer_started: AtomicBool,
-}
-
-impl Lane {
-    fn new(capacity: usize) -> Self {
-        let (tx, rx) = async_channel::bounded(capacity);
-        Lane {
-            tx,
-            rx,
-            writer_started: AtomicBool::new(false),
-        }
-    }
 }
 
 /// Reliable delivery state of system messages, per peer incarnation.
@@ -166,11 +149,12 @@ impl Association {
     ) -> Result<(), SendError> {
         let (stream, frame) = self.encode_user(to, msg, ask)?;
         self.ensure_writer(stream);
-        match self.lane(stream).tx.send(frame).await {
-            Ok(()) => Ok(()),
-            Err(_) => Err(SendError::NotSendable(
+        if self.lane(stream).send(frame).await {
+            Ok(())
+        } else {
+            Err(SendError::NotSendable(
                 "the actor system is shut down".into(),
-            )),
+            ))
         }
     }
 
@@ -185,7 +169,10 @@ impl Association {
     /// Queues an encoded frame; false if the queue is full or closed.
     pub(crate) fn enqueue(&self, stream: Stream, frame: Vec<u8>) -> bool {
         self.ensure_writer(stream);
-        self.lane(stream).tx.try_send(frame).is_ok()
+        let faults = self.remoting.faults.as_ref();
+        self.lane(stream).push(frame, || {
+            faults.is_none_or(|f| f.passes_send(&self.address))
+        })
     }
 
     /// Sends the reply of an ask this node answered.
@@ -207,8 +194,8 @@ impl Association {
 
     /// Closes the queues: the writers end once they are drained.
     pub(crate) fn close(&self) {
-        self.control.tx.close();
-        self.ordinary.tx.close();
+        self.control.close();
+        self.ordinary.close();
     }
 
     /// Connects (with backoff), hands over, and writes the lane's frames,
@@ -271,33 +258,34 @@ impl Association {
     ) -> std::io::Result<()> {
         use futures_lite::AsyncWriteExt;
         const BATCH: usize = 64 * 1024;
-        let rx = &self.lane(stream).rx;
+        let lane = self.lane(stream);
         let faults = self.remoting.faults.as_ref();
         let mut buf = Vec::with_capacity(BATCH);
-        loop {
-            let Ok(first) = rx.recv().await else {
-                let _ = conn.stream.close().await;
-                return Ok(());
-            };
-            if self.remoting.is_quarantined(&self.address, peer_uid) {
-                return Err(std::io::Error::other("the peer was quarantined"));
-            }
+        let mut quarantine = QuarantineCheck::new(peer_uid);
+        lane.attach(conn.stream.clone());
+        let result = loop {
             buf.clear();
-            let mut next = Some(first);
-            while let Some(frame) = next {
-                if faults.is_none_or(|f| f.passes_send(&self.address)) {
-                    buf.extend_from_slice(&frame);
-                }
-                next = if buf.len() < BATCH {
-                    rx.try_recv().ok()
-                } else {
-                    None
-                };
+            let keep = || faults.is_none_or(|f| f.passes_send(&self.address));
+            let Some(taken) = lane.next_batch(&mut buf, BATCH, keep).await else {
+                let _ = conn.stream.close().await;
+                break Ok(());
+            };
+            if quarantine.is_quarantined(&self.remoting) {
+                lane.batch_written(taken);
+                break Err(std::io::Error::other("the peer was quarantined"));
             }
-            if !buf.is_empty() {
-                conn.stream.write_all(&buf).await?;
+            let written = if buf.is_empty() {
+                Ok(())
+            } else {
+                conn.stream.write_all(&buf).await
+            };
+            lane.batch_written(taken);
+            if let Err(e) = written {
+                break Err(e);
             }
-        }
+        };
+        lane.detach();
+        result
     }
 
     /// Sends a system message reliably.
@@ -390,5 +378,9 @@ impl Association {
         st.unacked.clear();
         st.waiting_since = None;
         st.last_received = 0;
+        drop(st);
+        // No more direct writes to the quarantined incarnation.
+        self.control.detach();
+        self.ordinary.detach();
     }
 }

@@ -5,7 +5,7 @@
 use crate::remote::address::Address;
 use crate::remote::association::Association;
 use crate::remote::handshake;
-use crate::remote::remoting::RemotingShared;
+use crate::remote::remoting::{QuarantineCheck, RemotingShared};
 use crate::remote::wire::{self, Challenge, Frame, Hello, Stream, PREAMBLE, PROTOCOL_VERSION};
 use crate::rt;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -250,7 +250,7 @@ async fn client_handshake_inner(
         let _ = stream.write_all(&wire::encode_refused(&why)).await;
         return Err(refused(why));
     }
-    if remoting.is_quarantined(peer, from_uid) {
+    if remoting.is_quarantined(from_uid) {
         let why = format!("{peer} with UID {from_uid} is quarantined by this node");
         let _ = stream.write_all(&wire::encode_refused(&why)).await;
         return Err(refused(why));
@@ -272,7 +272,7 @@ async fn client_handshake_inner(
     }
     remoting.peer_uid_seen(assoc, from_uid);
     // Frames from the peer never come on this connection: it is ours to
-    // write. Keep reading so that a close is noticed.
+    // write (the peer writes on its own outbound connections).
     Ok((Connection { stream }, from_uid))
 }
 
@@ -343,7 +343,7 @@ async fn server_handshake(
         Ok(a) => a,
         Err(e) => return Err(refuse(format!("bad address: {e}")).await),
     };
-    if remoting.is_quarantined(&peer, hello.from_uid) {
+    if remoting.is_quarantined(hello.from_uid) {
         let why = format!(
             "{peer} with UID {} is quarantined by {}; restart it to rejoin with a new UID",
             hello.from_uid, remoting.address
@@ -406,6 +406,7 @@ async fn read_frames(
 ) {
     let max = remoting.settings.max_frame_size;
     let mut inbound = remoting.inbound_handler(assoc.clone());
+    let mut quarantine = QuarantineCheck::new(peer_uid);
     loop {
         let read = match reader.next(max).await {
             Ok(r) => r,
@@ -416,7 +417,7 @@ async fn read_frames(
         };
         match read {
             Read::Frame(s, e) => {
-                if remoting.is_quarantined(&assoc.address, peer_uid) {
+                if quarantine.is_quarantined(remoting) {
                     tracing::debug!(
                         "closing inbound connection of quarantined {} (UID {peer_uid})",
                         assoc.address

@@ -3,12 +3,13 @@
 
 use crate::actor_ref::AnyActorRef;
 use crate::remote::association::Association;
-use crate::remote::registry::DispatchError;
+use crate::remote::registry::{DispatchError, DispatchFn};
 use crate::remote::remoting::RemotingShared;
 use crate::remote::reply::ReplySink;
 use crate::remote::serde_context;
 use crate::remote::wire::{self, Frame, ReplyBody, Stream, UserMsg};
 use crate::system::ActorSystem;
+use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -21,6 +22,9 @@ pub(crate) struct InboundHandler {
     remoting: Arc<RemotingShared>,
     assoc: Arc<Association>,
     recipients: HashMap<String, AnyActorRef>,
+    /// Dispatch functions found so far, by manifest and actor type
+    /// (registrations are never removed, so entries stay valid).
+    dispatchers: HashMap<String, Vec<(TypeId, DispatchFn)>>,
 }
 
 impl InboundHandler {
@@ -29,6 +33,7 @@ impl InboundHandler {
             remoting,
             assoc,
             recipients: HashMap::new(),
+            dispatchers: HashMap::new(),
         }
     }
 
@@ -101,6 +106,22 @@ impl InboundHandler {
         Some(r)
     }
 
+    fn dispatcher(&mut self, manifest: &str, actor: TypeId) -> Result<DispatchFn, &'static str> {
+        if let Some(found) = self
+            .dispatchers
+            .get(manifest)
+            .and_then(|v| v.iter().find(|(t, _)| *t == actor))
+        {
+            return Ok(found.1);
+        }
+        let d = self.remoting.system.registry.dispatcher(manifest, actor)?;
+        self.dispatchers
+            .entry(manifest.to_string())
+            .or_default()
+            .push((actor, d));
+        Ok(d)
+    }
+
     fn deliver(&mut self, m: UserMsg<'_>) {
         let reply = (m.ask != 0).then(|| ReplySink {
             assoc: self.assoc.clone(),
@@ -121,10 +142,10 @@ impl InboundHandler {
             }
             return;
         };
-        let actor_type = target.local().map(|c| c.actor_type());
-        let dispatch = actor_type
-            .ok_or("the recipient is not local")
-            .and_then(|t| self.remoting.system.registry.dispatcher(m.manifest, t));
+        let dispatch = match target.local().map(|c| c.actor_type()) {
+            Some(t) => self.dispatcher(m.manifest, t),
+            None => Err("the recipient is not local"),
+        };
         let dispatch = match dispatch {
             Ok(d) => d,
             Err(why) => {

@@ -23,6 +23,7 @@ pub mod failure_detector;
 mod fault_injection;
 mod handshake;
 mod inbound;
+mod lane;
 pub(crate) mod registry;
 pub(crate) mod remote_ref;
 mod remote_watch;

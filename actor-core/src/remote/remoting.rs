@@ -16,11 +16,38 @@ use crate::system::SystemShared;
 use crate::system_message::SystemMessage;
 use crate::watch::StopReason;
 use event_listener::Event;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// Tells a connection whether its peer incarnation has been quarantined,
+/// looking at the quarantine table only after a quarantine happened.
+pub(crate) struct QuarantineCheck {
+    uid: u64,
+    epoch: u64,
+    quarantined: bool,
+}
+
+impl QuarantineCheck {
+    pub(crate) fn new(uid: u64) -> Self {
+        QuarantineCheck {
+            uid,
+            epoch: u64::MAX,
+            quarantined: false,
+        }
+    }
+
+    pub(crate) fn is_quarantined(&mut self, remoting: &RemotingShared) -> bool {
+        let epoch = remoting.quarantine_epoch();
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.quarantined = remoting.is_quarantined(self.uid);
+        }
+        self.quarantined
+    }
+}
 
 /// Bad input from the network logged per window; the rest only counted.
 const BAD_INPUT_LOG_LIMIT: u32 = 20;
@@ -37,7 +64,12 @@ pub(crate) struct RemotingShared {
     pub(crate) watch: RemoteWatch,
     pub(crate) faults: Option<FaultInjector>,
     associations: Mutex<HashMap<Address, Arc<Association>>>,
-    quarantined: Mutex<HashSet<(Address, u64)>>,
+    /// Quarantined UIDs (random 64-bit: unique across incarnations), with
+    /// their addresses for the logs.
+    quarantined: Mutex<HashMap<u64, Address>>,
+    /// Bumped by every quarantine, so that connections re-check their
+    /// peer only when something changed (not per frame).
+    quarantine_epoch: AtomicU64,
     shut_down: AtomicBool,
     shutdown_event: Event,
     inbound: Mutex<HashMap<u64, rt::TcpStream>>,
@@ -92,7 +124,8 @@ impl RemotingShared {
             watch: RemoteWatch::default(),
             faults,
             associations: Mutex::new(HashMap::new()),
-            quarantined: Mutex::new(HashSet::new()),
+            quarantined: Mutex::new(HashMap::new()),
+            quarantine_epoch: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             shutdown_event: Event::new(),
             inbound: Mutex::new(HashMap::new()),
@@ -128,8 +161,13 @@ impl RemotingShared {
         a
     }
 
-    pub(crate) fn is_quarantined(&self, address: &Address, uid: u64) -> bool {
-        lock(&self.quarantined).contains(&(address.clone(), uid))
+    pub(crate) fn is_quarantined(&self, uid: u64) -> bool {
+        lock(&self.quarantined).contains_key(&uid)
+    }
+
+    /// The number of quarantines so far (see `QuarantineCheck`).
+    pub(crate) fn quarantine_epoch(&self) -> u64 {
+        self.quarantine_epoch.load(Ordering::Acquire)
     }
 
     /// A handshake reported `uid` for the association's peer. A different
@@ -147,9 +185,13 @@ impl RemotingShared {
     /// Quarantines `address` with `uid`: it can never talk to this system
     /// again; watchers of its actors get `Terminated`, asks to it fail.
     pub(crate) fn quarantine(self: &Arc<Self>, address: &Address, uid: u64, why: &str) {
-        if !lock(&self.quarantined).insert((address.clone(), uid)) {
+        if lock(&self.quarantined)
+            .insert(uid, address.clone())
+            .is_some()
+        {
             return;
         }
+        self.quarantine_epoch.fetch_add(1, Ordering::AcqRel);
         tracing::warn!("association with {address} (UID {uid}) is quarantined: {why}");
         let assoc = self.association(address);
         assoc.reset_incarnation(uid);
@@ -429,7 +471,7 @@ impl Remoting {
 
     /// True if `address` with `uid` has been quarantined by this system.
     pub fn is_quarantined(&self, address: &Address, uid: u64) -> bool {
-        self.shared.is_quarantined(address, uid)
+        lock(&self.shared.quarantined).get(&uid) == Some(address)
     }
 
     /// Quarantines a peer incarnation by hand (as Akka's
