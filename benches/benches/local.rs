@@ -31,15 +31,28 @@ type Figures = Vec<(&'static str, f64)>;
 
 fn rss_bytes() -> f64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: f64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0.0);
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0.0);
     pages * 4096.0
 }
 
 fn spawn_figures(spawned: Duration, total: Duration, rss_before: f64, rss_after: f64) -> Figures {
     vec![
-        ("spawn_us_per_actor", spawned.as_secs_f64() * 1e6 / SPAWN_N as f64),
-        ("spawn_and_ask_us_per_actor", total.as_secs_f64() * 1e6 / SPAWN_N as f64),
-        ("bytes_per_idle_actor", (rss_after - rss_before) / SPAWN_N as f64),
+        (
+            "spawn_us_per_actor",
+            spawned.as_secs_f64() * 1e6 / SPAWN_N as f64,
+        ),
+        (
+            "spawn_and_ask_us_per_actor",
+            total.as_secs_f64() * 1e6 / SPAWN_N as f64,
+        ),
+        (
+            "bytes_per_idle_actor",
+            (rss_after - rss_before) / SPAWN_N as f64,
+        ),
     ]
 }
 
@@ -90,7 +103,9 @@ mod troupe {
                 "spawn" => {
                     let before = rss_bytes();
                     let t0 = Instant::now();
-                    let refs: Vec<_> = (0..SPAWN_N).map(|_| system.spawn(Counter::default())).collect();
+                    let refs: Vec<_> = (0..SPAWN_N)
+                        .map(|_| system.spawn(Counter::default()))
+                        .collect();
                     let spawned = t0.elapsed();
                     for r in &refs {
                         r.ask(Get).await.unwrap();
@@ -105,7 +120,12 @@ mod troupe {
                     for _ in 0..TELL_N {
                         warm.tell(Inc).unwrap();
                     }
-                    assert_eq!(warm.ask_timeout(Get, Duration::from_secs(60)).await.unwrap(), TELL_N);
+                    assert_eq!(
+                        warm.ask_timeout(Get, Duration::from_secs(60))
+                            .await
+                            .unwrap(),
+                        TELL_N
+                    );
                     tell_figures(t0.elapsed())
                 }
                 "ask" => {
@@ -205,7 +225,10 @@ mod actix_bench {
 
 fn tokio_runtime(threads: usize) -> tokio::runtime::Runtime {
     if threads == 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
     } else {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
@@ -302,11 +325,20 @@ mod ractor_bench {
         type State = u64;
         type Arguments = ();
 
-        async fn pre_start(&self, _myself: ActorRef<Msg>, _args: ()) -> Result<u64, ActorProcessingErr> {
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<Msg>,
+            _args: (),
+        ) -> Result<u64, ActorProcessingErr> {
             Ok(0)
         }
 
-        async fn handle(&self, _myself: ActorRef<Msg>, msg: Msg, state: &mut u64) -> Result<(), ActorProcessingErr> {
+        async fn handle(
+            &self,
+            _myself: ActorRef<Msg>,
+            msg: Msg,
+            state: &mut u64,
+        ) -> Result<(), ActorProcessingErr> {
             match msg {
                 Msg::Inc => *state += 1,
                 Msg::Get(reply) => {
@@ -394,7 +426,10 @@ fn measure(framework: &str, workload: &str, threads: usize) -> Result<Figures, S
     if !out.status.success() {
         return Err(format!(
             "{framework} {workload} failed: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         ));
     }
     let text = String::from_utf8_lossy(&out.stdout);
@@ -402,7 +437,9 @@ fn measure(framework: &str, workload: &str, threads: usize) -> Result<Figures, S
     for line in text.lines() {
         let mut parts = line.split_whitespace();
         if parts.next() == Some("FIGURE") {
-            let (Some(k), Some(v)) = (parts.next(), parts.next()) else { continue };
+            let (Some(k), Some(v)) = (parts.next(), parts.next()) else {
+                continue;
+            };
             let key: &'static str = Box::leak(k.to_string().into_boxed_str());
             figures.push((key, v.parse().map_err(|_| format!("bad figure {line}"))?));
         }
@@ -411,7 +448,10 @@ fn measure(framework: &str, workload: &str, threads: usize) -> Result<Figures, S
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     if args.first().map(String::as_str) == Some("child") {
         let threads = args.get(3).and_then(|t| t.parse().ok()).unwrap_or(2);
         child(&args[1], &args[2], threads);
@@ -468,13 +508,21 @@ fn main() {
     }
     println!();
     for (fw, row) in &results {
-        let fields: Vec<String> = [("spawn_us_per_actor", 0), ("bytes_per_idle_actor", 1), ("tell_msgs_per_sec", 2), ("ask_us_1_thread", 3), ("ask_us_2_threads", 4)]
-            .iter()
-            .filter_map(|(key, i)| {
-                let label = columns[*i].0;
-                row.iter().find(|(l, _)| l == label).map(|(_, v)| format!("\"{key}\":{v:.3}"))
-            })
-            .collect();
+        let fields: Vec<String> = [
+            ("spawn_us_per_actor", 0),
+            ("bytes_per_idle_actor", 1),
+            ("tell_msgs_per_sec", 2),
+            ("ask_us_1_thread", 3),
+            ("ask_us_2_threads", 4),
+        ]
+        .iter()
+        .filter_map(|(key, i)| {
+            let label = columns[*i].0;
+            row.iter()
+                .find(|(l, _)| l == label)
+                .map(|(_, v)| format!("\"{key}\":{v:.3}"))
+        })
+        .collect();
         println!("{{\"framework\":\"{fw}\",{}}}", fields.join(","));
     }
 }

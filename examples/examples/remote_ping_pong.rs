@@ -96,7 +96,12 @@ fn main() -> ExitCode {
     let address = system.remoting().expect("remoting is on").address().clone();
     match &args.peer {
         None => serve(system, &address),
-        Some(peer) => match rt::block_on(ping(&system, peer, args.count)) {
+        // The pinging loop runs on the executor, next to the connection's
+        // reader, so that a pong wakes it without waking another thread.
+        Some(peer) => match rt::block_on(rt::spawn({
+            let (system, peer) = (system.clone(), peer.clone());
+            async move { ping(&system, &peer, args.count).await }
+        })) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("ping-pong failed: {e}");
