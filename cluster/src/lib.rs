@@ -1,6 +1,33 @@
 //! Troupe cluster extension: membership (gossip, vector clocks, phi accrual
-//! failure detection, leader actions, split brain resolver), cluster
-//! singleton, distributed data, bootstrap and management HTTP.
+//! failure detection, leader actions, split brain resolver), and later
+//! cluster singleton, distributed data, bootstrap and management HTTP.
 //!
-//! Nothing is implemented here yet; the crate exists so that the workspace
-//! has its final shape. It depends only on `troupe-core`.
+//! This first part is the membership model of Akka Cluster, as pure data
+//! and functions: [`Member`]s with their life cycle, the gossiped
+//! [`Gossip`] state (a CRDT with a [`VectorClock`] and a [`Reachability`]
+//! table), what a node concludes from it ([`MembershipState`]: convergence,
+//! leader, leader actions), the [`ClusterEvent`]s between two states, and
+//! [`ClusterSettings`] with Akka's defaults. It depends only on
+//! `troupe-core`.
+
+mod cluster;
+mod core;
+pub mod downing;
+pub mod events;
+pub mod gossip;
+mod heartbeat;
+pub mod member;
+pub mod membership;
+mod protocol;
+pub mod reachability;
+pub mod settings;
+pub mod vclock;
+
+pub use cluster::{Cluster, ClusterError};
+pub use events::{ClusterEvent, CurrentClusterState};
+pub use gossip::Gossip;
+pub use member::{Member, MemberStatus, UniqueAddress};
+pub use membership::{LeaderActions, MembershipState, UpThresholds};
+pub use reachability::{Reachability, ReachabilityStatus};
+pub use settings::{ClusterSettings, DowningSettings, DowningStrategy, SettingsError};
+pub use vclock::{ClockOrdering, VectorClock};

@@ -1,0 +1,857 @@
+//! The cluster core: one actor per node (`/system/cluster-core`) that
+//! joins, gossips, runs the leader's actions, watches its neighbours with
+//! the failure detector, applies the downing strategy and publishes
+//! events. It follows Akka's `ClusterCoreDaemon`.
+
+use crate::downing::{decide, Decision};
+use crate::events::{diff, ClusterEvent, CurrentClusterState};
+use crate::gossip::Gossip;
+use crate::heartbeat::HeartbeatRing;
+use crate::member::{Member, MemberStatus, UniqueAddress};
+use crate::membership::{MembershipState, UpThresholds};
+use crate::protocol::*;
+use crate::settings::{ClusterSettings, DowningStrategy};
+use crate::vclock::ClockOrdering;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use troupe_core::prelude::*;
+use troupe_core::remote::{Address, PhiAccrualFailureDetector};
+use troupe_core::{Message, Props};
+
+/// Name of the core actor under `/system`.
+pub(crate) const CORE_NAME: &str = "cluster-core";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Periodic work.
+#[derive(Debug, Clone, Copy, Message)]
+pub(crate) enum Tick {
+    Gossip,
+    Leader,
+    Reap,
+    Heartbeat,
+    Join,
+}
+
+/// What a user (or the HTTP API) asks of the cluster.
+#[derive(Debug, Clone, Message)]
+pub(crate) enum UserAction {
+    JoinSeeds(Vec<Address>),
+    Leave(Address),
+    Down(Address),
+}
+
+/// The current state, for queries.
+#[derive(Debug, Clone, Copy, Message)]
+#[message(reply = CurrentClusterState)]
+pub(crate) struct GetState;
+
+/// A new subscriber: gets the snapshot as the reply, then every event.
+#[derive(Debug, Message)]
+#[message(reply = CurrentClusterState)]
+pub(crate) struct Subscribe(pub(crate) async_channel::Sender<ClusterEvent>);
+
+/// Where joining stands.
+enum Joining {
+    /// Not asked to join.
+    Idle,
+    /// Looking for a seed that is part of a cluster; the first seed forms
+    /// a new cluster if no other answers within `seed_node_timeout`.
+    Seeds { seeds: Vec<Address>, since: Instant },
+    /// A member.
+    Joined,
+}
+
+pub(crate) struct ClusterCore {
+    settings: ClusterSettings,
+    thresholds: UpThresholds,
+    self_node: UniqueAddress,
+    state: MembershipState,
+    exiting_confirmed: BTreeSet<UniqueAddress>,
+    subscribers: Vec<async_channel::Sender<ClusterEvent>>,
+    joining: Joining,
+    ring: HeartbeatRing,
+    detectors: BTreeMap<UniqueAddress, PhiAccrualFailureDetector>,
+    heartbeat_seq: u64,
+    peers: HashMap<Address, ActorRef<ClusterCore>>,
+    gossip_ticks: u64,
+    /// Since when the leader has lacked convergence (for WeaklyUp).
+    no_convergence_since: Option<Instant>,
+    /// The unreachable set the downing strategy last saw, and since when.
+    unreachable_seen: (BTreeSet<UniqueAddress>, Instant),
+    /// Since when the unreachable set has been changing (for
+    /// down-all-when-unstable).
+    unstable_since: Option<Instant>,
+}
+
+impl Actor for ClusterCore {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        let s = &self.settings;
+        // Gossip ticks three times per interval; most ticks only gossip
+        // when the state is spreading slowly (Akka's gossip speed-up).
+        ctx.start_periodic_timer("gossip", Tick::Gossip, s.gossip_interval / 3);
+        ctx.start_periodic_timer("leader", Tick::Leader, s.leader_actions_interval);
+        ctx.start_periodic_timer("reap", Tick::Reap, s.unreachable_nodes_reaper_interval);
+        ctx.start_periodic_timer("heartbeat", Tick::Heartbeat, s.heartbeat_interval);
+        ctx.start_periodic_timer(
+            "join",
+            Tick::Join,
+            Duration::from_millis(500).min(s.seed_node_timeout),
+        );
+        if !s.seed_nodes.is_empty() {
+            let seeds = s.seed_nodes.clone();
+            self.start_joining(seeds);
+        }
+    }
+}
+
+impl ClusterCore {
+    pub(crate) fn props(settings: ClusterSettings, self_node: UniqueAddress) -> Props<ClusterCore> {
+        let thresholds = UpThresholds {
+            min_nr_of_members: settings.min_nr_of_members,
+            min_nr_of_members_per_role: settings.min_nr_of_members_per_role.clone(),
+        };
+        let core = ClusterCore {
+            thresholds,
+            state: MembershipState::new(Gossip::default(), self_node.clone()),
+            self_node,
+            exiting_confirmed: BTreeSet::new(),
+            subscribers: Vec::new(),
+            joining: Joining::Idle,
+            ring: HeartbeatRing::default(),
+            detectors: BTreeMap::new(),
+            heartbeat_seq: 0,
+            peers: HashMap::new(),
+            gossip_ticks: 0,
+            no_convergence_since: None,
+            unreachable_seen: (BTreeSet::new(), Instant::now()),
+            unstable_since: None,
+            settings,
+        };
+        Props::new(core).with_name(CORE_NAME)
+    }
+
+    fn gossip(&self) -> &Gossip {
+        &self.state.gossip
+    }
+
+    fn self_member(&self) -> Option<&Member> {
+        self.gossip().member(&self.self_node)
+    }
+
+    fn is_member(&self) -> bool {
+        self.self_member().is_some()
+    }
+
+    /// The core actor of the node at `address`.
+    fn peer(&mut self, ctx: &Context<Self>, address: &Address) -> Option<ActorRef<ClusterCore>> {
+        if let Some(p) = self.peers.get(address) {
+            return Some(p.clone());
+        }
+        let path = format!("{address}/system/{CORE_NAME}");
+        match ctx.system().resolve::<ClusterCore>(&path) {
+            Ok(r) => {
+                self.peers.insert(address.clone(), r.clone());
+                Some(r)
+            }
+            Err(e) => {
+                tracing::warn!("cannot reach the cluster core at {path}: {e}");
+                None
+            }
+        }
+    }
+
+    fn start_joining(&mut self, seeds: Vec<Address>) {
+        if self.is_member() {
+            tracing::info!("already a member of a cluster; ignoring the request to join {seeds:?}");
+            return;
+        }
+        tracing::info!("joining the cluster through seed nodes {seeds:?}");
+        self.joining = Joining::Seeds {
+            seeds,
+            since: Instant::now(),
+        };
+    }
+
+    /// One round of the join protocol: ask every seed; join the first that
+    /// is part of a cluster; the first seed forms a new cluster when no
+    /// other seed answers within `seed_node_timeout`.
+    fn join_round(&mut self, ctx: &mut Context<Self>) {
+        let Joining::Seeds { seeds, since } = &self.joining else {
+            return;
+        };
+        let (seeds, since) = (seeds.clone(), *since);
+        let me = &self.self_node.address;
+        let first_seed_is_me = seeds.first() == Some(me);
+        let others: Vec<Address> = seeds.iter().filter(|a| *a != me).cloned().collect();
+        let timed_out = since.elapsed() >= self.settings.seed_node_timeout;
+        if others.is_empty() || (first_seed_is_me && timed_out) {
+            tracing::info!("no other seed node answered; {me} forms a new cluster");
+            self.form_cluster();
+            return;
+        }
+        if let Some(limit) = self.settings.shutdown_after_unsuccessful_join_seed_nodes {
+            if since.elapsed() > limit {
+                tracing::error!(
+                    "could not join the seed nodes {seeds:?} within {limit:?}; giving up \
+                     (shutdown-after-unsuccessful-join-seed-nodes)"
+                );
+                self.joining = Joining::Idle;
+                ctx.stop();
+                return;
+            }
+        }
+        let from = self.self_node.clone();
+        let me_ref = ctx.myself().clone();
+        let timeout = self.settings.seed_node_timeout.min(Duration::from_secs(2));
+        for seed in others {
+            let Some(peer) = self.peer(ctx, &seed) else {
+                continue;
+            };
+            let from = from.clone();
+            let me_ref = me_ref.clone();
+            troupe_core::rt::spawn(async move {
+                if let Ok(InitJoinReply::Ack(node)) =
+                    peer.ask_timeout(InitJoin { from }, timeout).await
+                {
+                    let _ = me_ref.tell(SeedAcked(node));
+                }
+            });
+        }
+    }
+
+    fn form_cluster(&mut self) {
+        let me = Member::joining(self.self_node.clone(), self.settings.roles.clone());
+        let mut g = Gossip::with_members([me]);
+        g.increment_version(&self.self_node);
+        g.only_seen_by(&self.self_node);
+        self.joining = Joining::Joined;
+        self.update_state(g);
+    }
+
+    /// Replaces the state, publishing the events between old and new.
+    fn update_state(&mut self, gossip: Gossip) {
+        let new = MembershipState::new(gossip, self.self_node.clone());
+        let events = diff(&self.state, &new);
+        self.state = new;
+        self.ring = HeartbeatRing::new(&self.state, self.settings.monitored_by_nr_of_members);
+        for e in &events {
+            log_event(e);
+        }
+        // Subscribers' channels are unbounded: a send fails only when the
+        // subscriber has gone away.
+        self.subscribers
+            .retain(|s| events.iter().all(|e| s.try_send(e.clone()).is_ok()));
+    }
+
+    /// A local change: new version, seen only by this node.
+    fn commit(&mut self, mut gossip: Gossip) {
+        gossip.increment_version(&self.self_node);
+        gossip.only_seen_by(&self.self_node);
+        self.update_state(gossip);
+    }
+
+    fn on_join(&mut self, j: Join) -> JoinReply {
+        if !self.is_member() {
+            return JoinReply::Retry(format!(
+                "{} is not a member of a cluster yet",
+                self.self_node
+            ));
+        }
+        if self.gossip().tombstones.contains_key(&j.node) {
+            return JoinReply::Refused(format!(
+                "{} was removed from this cluster; restart it to rejoin",
+                j.node
+            ));
+        }
+        if let Some(m) = self.gossip().member(&j.node) {
+            // Already joined (a retry): welcome again.
+            tracing::debug!("{} is already a member ({})", m.node, m.status);
+            return JoinReply::Welcome(Box::new(self.gossip().clone()));
+        }
+        let old = self
+            .gossip()
+            .members
+            .iter()
+            .find(|m| m.node.address == j.node.address)
+            .cloned();
+        if let Some(old) = old {
+            // A new incarnation: the old one is downed and removed first.
+            if old.status != MemberStatus::Down {
+                tracing::info!(
+                    "new incarnation {} of existing member {} is joining; the old one is downed and will be removed",
+                    j.node,
+                    old.node
+                );
+                let mut g = self.gossip().clone();
+                g.update([old.with_status(MemberStatus::Down)]);
+                // Its UID will never answer again.
+                g.reachability = g.reachability.terminated(&self.self_node, &old.node);
+                self.commit(g);
+            }
+            return JoinReply::Retry(format!("the old incarnation {} is being removed", old.node));
+        }
+        tracing::info!("node {} is joining, roles {:?}", j.node, j.roles);
+        let mut g = self.gossip().clone();
+        g.members.insert(Member::joining(j.node, j.roles));
+        self.commit(g);
+        JoinReply::Welcome(Box::new(self.gossip().clone()))
+    }
+
+    fn on_welcome(&mut self, gossip: Gossip) {
+        if self.is_member() {
+            return;
+        }
+        if !gossip.has_member(&self.self_node) {
+            tracing::warn!("welcome without this node in it; ignored");
+            return;
+        }
+        tracing::info!("welcomed into the cluster");
+        self.joining = Joining::Joined;
+        let mut g = gossip;
+        g.seen_by(&self.self_node);
+        self.update_state(g);
+    }
+
+    fn receive_gossip(&mut self, ctx: &mut Context<Self>, env: GossipEnvelope) {
+        if env.to != self.self_node {
+            tracing::debug!("gossip meant for {} ignored", env.to);
+            return;
+        }
+        if !self.is_member() {
+            if env.gossip.has_member(&self.self_node) {
+                // Our welcome was lost or is late: this gossip is as good.
+                self.on_welcome(*env.gossip);
+            }
+            return;
+        }
+        if !self.gossip().has_member(&env.from) && !env.gossip.has_member(&self.self_node) {
+            tracing::debug!("gossip from unknown node {} ignored", env.from);
+            return;
+        }
+        if self.gossip().tombstones.contains_key(&env.from) {
+            return;
+        }
+        let local = self.gossip();
+        let remote = *env.gossip;
+        // Talk back whenever the sender does not know that this node has
+        // its state (or has an older or conflicting one): that is how the
+        // seen sets spread and convergence is reached (as Akka does).
+        let unseen_by_me = !remote.seen_by_node(&self.self_node);
+        let (mut merged, reply) = match local.version.compare(&remote.version) {
+            ClockOrdering::Same => {
+                let mut g = local.clone();
+                g.seen.extend(remote.seen.iter().cloned());
+                (g, unseen_by_me)
+            }
+            // Ours is newer: keep it and tell the sender.
+            ClockOrdering::After => (local.clone(), true),
+            ClockOrdering::Before => (remote, unseen_by_me),
+            ClockOrdering::Concurrent => (local.merge(&remote), true),
+        };
+        merged.seen_by(&self.self_node);
+        if merged != *self.gossip() {
+            self.update_state(merged);
+        }
+        if reply {
+            let from = env.from.clone();
+            self.gossip_to(ctx, &from);
+        }
+        self.check_self_status(ctx);
+    }
+
+    fn receive_status(&mut self, ctx: &mut Context<Self>, st: GossipStatus) {
+        if !self.is_member() || !self.gossip().has_member(&st.from) {
+            return;
+        }
+        if st.seen_digest != seen_digest(self.gossip()) {
+            // Same version, other seen sets: exchange the state so that
+            // both learn who has seen it.
+            self.gossip_to(ctx, &st.from);
+            return;
+        }
+        match self.gossip().version.compare(&st.version) {
+            ClockOrdering::Same => {}
+            // The sender is behind, or both changed: send ours.
+            ClockOrdering::After | ClockOrdering::Concurrent => self.gossip_to(ctx, &st.from),
+            // We are behind: a status makes the sender send its state.
+            ClockOrdering::Before => self.status_to(ctx, &st.from),
+        }
+    }
+
+    fn gossip_to(&mut self, ctx: &mut Context<Self>, node: &UniqueAddress) {
+        if let Some(peer) = self.peer(ctx, &node.address) {
+            let _ = peer.tell(GossipEnvelope {
+                from: self.self_node.clone(),
+                to: node.clone(),
+                gossip: Box::new(self.gossip().clone()),
+            });
+        }
+    }
+
+    fn status_to(&mut self, ctx: &mut Context<Self>, node: &UniqueAddress) {
+        if let Some(peer) = self.peer(ctx, &node.address) {
+            let _ = peer.tell(GossipStatus {
+                from: self.self_node.clone(),
+                version: self.gossip().version.clone(),
+                seen_digest: seen_digest(self.gossip()),
+            });
+        }
+    }
+
+    /// One gossip round: to a random reachable member, preferring (with
+    /// the configured probability) one that has not seen the state; the
+    /// full state if it has not, else only the version.
+    fn gossip_tick(&mut self, ctx: &mut Context<Self>) {
+        self.gossip_ticks += 1;
+        if !self.is_member() {
+            return;
+        }
+        let g = self.gossip();
+        let members = g.members.len();
+        let seen = g.members.iter().filter(|m| g.seen_by_node(&m.node)).count();
+        // Every third tick is the regular interval; the others only while
+        // fewer than half have seen the state.
+        let speedup = seen * 2 < members;
+        if !self.gossip_ticks.is_multiple_of(3) && !speedup {
+            return;
+        }
+        let candidates: Vec<UniqueAddress> = g
+            .members
+            .iter()
+            .filter(|m| m.node != self.self_node)
+            .filter(|m| g.reachability.is_reachable(&m.node))
+            .map(|m| m.node.clone())
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let not_seen: Vec<&UniqueAddress> =
+            candidates.iter().filter(|n| !g.seen_by_node(n)).collect();
+        let mut p = self.settings.gossip_different_view_probability;
+        let reduce_above = self.settings.reduce_gossip_different_view_probability;
+        if members > reduce_above {
+            // Akka lowers the bias in large clusters so that gossip does
+            // not all go to the few laggards.
+            p = (p / 2.0).max(p * reduce_above as f64 / members as f64);
+        }
+        let target = if !not_seen.is_empty() && fastrand::f64() < p {
+            not_seen[fastrand::usize(..not_seen.len())].clone()
+        } else {
+            candidates[fastrand::usize(..candidates.len())].clone()
+        };
+        if g.seen_by_node(&target) {
+            self.status_to(ctx, &target);
+        } else {
+            self.gossip_to(ctx, &target);
+        }
+    }
+
+    fn leader_tick(&mut self, ctx: &mut Context<Self>) {
+        if !self.is_member() {
+            return;
+        }
+        self.check_self_status(ctx);
+        if !self.state.is_leader() {
+            self.no_convergence_since = None;
+            return;
+        }
+        if self.state.convergence(&self.exiting_confirmed) {
+            self.no_convergence_since = None;
+            let mut st = self.state.clone();
+            let actions = st.leader_actions_on_convergence(
+                &self.thresholds,
+                &self.exiting_confirmed,
+                now_ms(),
+            );
+            let mut g = st.gossip;
+            let cutoff = now_ms()
+                .saturating_sub(self.settings.prune_gossip_tombstones_after.as_millis() as u64);
+            let before = g.tombstones.len();
+            g.prune_tombstones(cutoff);
+            if !actions.is_empty() || g.tombstones.len() != before {
+                for m in &actions.changed {
+                    tracing::info!("leader is moving node {} to {}", m.node, m.status);
+                }
+                for m in &actions.removed {
+                    tracing::info!("leader is removing {} node {}", m.status, m.node);
+                    self.exiting_confirmed.remove(&m.node);
+                    self.detectors.remove(&m.node);
+                }
+                self.commit(g);
+            }
+        } else if let Some(after) = self.settings.allow_weakly_up_members {
+            let since = *self.no_convergence_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= after {
+                let mut st = self.state.clone();
+                let changed = st.move_joining_to_weakly_up(&self.thresholds);
+                if !changed.is_empty() {
+                    for m in &changed {
+                        tracing::info!(
+                            "leader is moving node {} to WeaklyUp (no convergence for {after:?})",
+                            m.node
+                        );
+                    }
+                    self.commit(st.gossip);
+                }
+            }
+        }
+    }
+
+    /// Acts on this node's own status: an Exiting member confirms to the
+    /// leader; a Down or removed one stops taking part.
+    fn check_self_status(&mut self, ctx: &mut Context<Self>) {
+        match self.self_member().map(|m| m.status) {
+            Some(MemberStatus::Exiting) => {
+                if let Some(leader) = self.state.leader().filter(|l| *l != self.self_node) {
+                    if let Some(peer) = self.peer(ctx, &leader.address) {
+                        let _ = peer.tell(ExitingConfirmed {
+                            node: self.self_node.clone(),
+                        });
+                    }
+                } else {
+                    // The leader itself is exiting: confirm to itself.
+                    self.exiting_confirmed.insert(self.self_node.clone());
+                }
+            }
+            Some(MemberStatus::Down) => {
+                tracing::warn!(
+                    "this node {} was marked Down; leaving the cluster",
+                    self.self_node
+                );
+            }
+            None if matches!(self.joining, Joining::Joined) => {
+                tracing::info!("this node {} was removed from the cluster", self.self_node);
+                self.joining = Joining::Idle;
+            }
+            _ => {}
+        }
+    }
+
+    fn heartbeat_tick(&mut self, ctx: &mut Context<Self>) {
+        if !self.is_member() {
+            return;
+        }
+        self.heartbeat_seq += 1;
+        let receivers: Vec<UniqueAddress> = self.ring.receivers(&self.state).into_iter().collect();
+        let now = Instant::now();
+        for node in &receivers {
+            self.detectors.entry(node.clone()).or_insert_with(|| {
+                // Monitoring starts with the first heartbeat sent: a node
+                // that never answers becomes unreachable after the
+                // acceptable pause (Akka's expected first response).
+                let mut d = PhiAccrualFailureDetector::new(self.settings.failure_detector.clone());
+                d.heartbeat(now);
+                d
+            });
+            if let Some(peer) = self.peer(ctx, &node.address) {
+                let _ = peer.tell(Heartbeat {
+                    from: self.self_node.clone(),
+                    seq: self.heartbeat_seq,
+                });
+            }
+        }
+        self.detectors.retain(|n, _| receivers.contains(n));
+    }
+
+    /// Applies the failure detector's verdicts to the reachability table,
+    /// then the downing strategy.
+    fn reap_tick(&mut self, ctx: &mut Context<Self>) {
+        if !self.is_member() {
+            return;
+        }
+        let now = Instant::now();
+        let me = self.self_node.clone();
+        let g = self.gossip();
+        let mut reach = g.reachability.clone();
+        let mut changed = false;
+        for (node, d) in &self.detectors {
+            let Some(m) = g.member(node) else { continue };
+            let unreachable_by_me = !reach.is_reachable_by(&me, node);
+            if d.is_available(now) {
+                if unreachable_by_me {
+                    tracing::info!("marking node {} as REACHABLE", m.node);
+                    reach = reach.reachable(&me, node);
+                    changed = true;
+                }
+            } else if !unreachable_by_me {
+                tracing::warn!(
+                    "marking node {} ({}) as UNREACHABLE (phi {:.1})",
+                    m.node,
+                    m.status,
+                    d.phi(now)
+                );
+                reach = reach.unreachable(&me, node);
+                changed = true;
+            }
+        }
+        if changed {
+            let mut g = self.gossip().clone();
+            g.reachability = reach;
+            self.commit(g);
+        }
+        self.downing_tick(ctx);
+    }
+
+    /// The split brain resolver: once the set of unreachable members has
+    /// been stable for `stable-after`, the leader of the reachable side
+    /// decides which side to down.
+    fn downing_tick(&mut self, _ctx: &mut Context<Self>) {
+        let unreachable: BTreeSet<UniqueAddress> = self
+            .gossip()
+            .reachability
+            .all_unreachable_or_terminated()
+            .into_iter()
+            .filter(|n| {
+                self.gossip()
+                    .member(n)
+                    .is_some_and(|m| m.status != MemberStatus::Down)
+            })
+            .collect();
+        let now = Instant::now();
+        if unreachable != self.unreachable_seen.0 {
+            if self.unreachable_seen.0.is_empty() {
+                self.unstable_since = Some(now);
+            }
+            self.unreachable_seen = (unreachable.clone(), now);
+        }
+        if unreachable.is_empty() {
+            self.unstable_since = None;
+            return;
+        }
+        if !self.state.is_leader() {
+            return;
+        }
+        let d = &self.settings.downing;
+        let stable = now.duration_since(self.unreachable_seen.1)
+            >= match d.strategy {
+                DowningStrategy::AutoDownUnsafe { after } => after,
+                _ => d.stable_after,
+            };
+        let unstable_too_long = d
+            .down_all_when_unstable
+            .zip(self.unstable_since)
+            .is_some_and(|(limit, since)| now.duration_since(since) >= limit);
+        let decision = if unstable_too_long && !stable {
+            tracing::warn!("the set of unreachable members kept changing; downing all members");
+            Decision::DownAll
+        } else if stable {
+            decide(&d.strategy, &self.state, &unreachable)
+        } else {
+            return;
+        };
+        let to_down: Vec<UniqueAddress> = match decision {
+            Decision::None => return,
+            Decision::DownUnreachable => unreachable.into_iter().collect(),
+            Decision::DownReachable | Decision::DownAll => {
+                let all: Vec<UniqueAddress> = self
+                    .gossip()
+                    .members
+                    .iter()
+                    .map(|m| m.node.clone())
+                    .collect();
+                if matches!(decision, Decision::DownAll) {
+                    all
+                } else {
+                    all.into_iter()
+                        .filter(|n| !unreachable.contains(n))
+                        .collect()
+                }
+            }
+        };
+        let mut g = self.gossip().clone();
+        let mut downed = Vec::new();
+        for n in to_down {
+            if let Some(m) = g.member(&n).cloned() {
+                if m.status != MemberStatus::Down {
+                    downed.push(m.with_status(MemberStatus::Down));
+                }
+            }
+        }
+        if downed.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            "split brain resolver ({:?}) downs {:?}",
+            d.strategy,
+            downed
+                .iter()
+                .map(|m| m.node.to_string())
+                .collect::<Vec<_>>()
+        );
+        g.update(downed);
+        self.commit(g);
+    }
+
+    fn mark(&mut self, address: &Address, status: MemberStatus) {
+        let Some(m) = self
+            .gossip()
+            .members
+            .iter()
+            .find(|m| &m.node.address == address)
+            .cloned()
+        else {
+            tracing::info!("ignoring {status} of unknown node {address}");
+            return;
+        };
+        if m.status == status || !m.status.can_move_to(status) {
+            tracing::info!("ignoring {status} of {} which is {}", m.node, m.status);
+            return;
+        }
+        tracing::info!("marking {} as {status}", m.node);
+        let mut g = self.gossip().clone();
+        g.update([m.with_status(status)]);
+        self.commit(g);
+    }
+}
+
+/// A short digest of who has seen the state (FNV-1a over their clock
+/// keys, in order).
+fn seen_digest(g: &Gossip) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for n in &g.seen {
+        for b in n.clock_key().to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// A seed answered that it is part of a cluster.
+#[derive(Debug, Message)]
+pub(crate) struct SeedAcked(UniqueAddress);
+
+fn log_event(e: &ClusterEvent) {
+    match e {
+        ClusterEvent::LeaderChanged(l) => tracing::info!("leader is now {l:?}"),
+        ClusterEvent::UnreachableMember(m) => tracing::warn!("member {} is unreachable", m.node),
+        ClusterEvent::ReachableMember(m) => tracing::info!("member {} is reachable again", m.node),
+        other => tracing::debug!("cluster event {other:?}"),
+    }
+}
+
+#[handlers]
+impl ClusterCore {
+    async fn tick(&mut self, t: Tick, ctx: &mut Context<Self>) {
+        match t {
+            Tick::Gossip => self.gossip_tick(ctx),
+            Tick::Leader => self.leader_tick(ctx),
+            Tick::Reap => self.reap_tick(ctx),
+            Tick::Heartbeat => self.heartbeat_tick(ctx),
+            Tick::Join => self.join_round(ctx),
+        }
+    }
+
+    async fn user_action(&mut self, a: UserAction, _ctx: &mut Context<Self>) {
+        match a {
+            UserAction::JoinSeeds(seeds) => self.start_joining(seeds),
+            UserAction::Leave(addr) => self.mark(&addr, MemberStatus::Leaving),
+            UserAction::Down(addr) => self.mark(&addr, MemberStatus::Down),
+        }
+    }
+
+    async fn get_state(&mut self, _q: GetState, _ctx: &mut Context<Self>) -> CurrentClusterState {
+        CurrentClusterState::of(&self.state)
+    }
+
+    async fn subscribe(&mut self, s: Subscribe, _ctx: &mut Context<Self>) -> CurrentClusterState {
+        self.subscribers.push(s.0);
+        CurrentClusterState::of(&self.state)
+    }
+
+    async fn seed_acked(&mut self, a: SeedAcked, ctx: &mut Context<Self>) {
+        if !matches!(self.joining, Joining::Seeds { .. }) || self.is_member() {
+            return;
+        }
+        let Some(peer) = self.peer(ctx, &a.0.address) else {
+            return;
+        };
+        let join = Join {
+            node: self.self_node.clone(),
+            roles: self.settings.roles.clone(),
+        };
+        let me = ctx.myself().clone();
+        let timeout = self.settings.seed_node_timeout;
+        troupe_core::rt::spawn(async move {
+            match peer.ask_timeout(join, timeout).await {
+                Ok(JoinReply::Welcome(g)) => {
+                    let _ = me.tell(Welcomed(g));
+                }
+                Ok(JoinReply::Retry(why)) => tracing::info!("join not accepted yet: {why}"),
+                Ok(JoinReply::Refused(why)) => tracing::error!("join refused: {why}"),
+                Err(e) => tracing::debug!("join got no answer: {e}"),
+            }
+        });
+    }
+
+    async fn welcomed(&mut self, w: Welcomed, _ctx: &mut Context<Self>) {
+        self.on_welcome(*w.0);
+    }
+
+    async fn init_join(&mut self, _m: InitJoin, _ctx: &mut Context<Self>) -> InitJoinReply {
+        match self.self_member() {
+            Some(m)
+                if matches!(
+                    m.status,
+                    MemberStatus::Up | MemberStatus::WeaklyUp | MemberStatus::Joining
+                ) =>
+            {
+                InitJoinReply::Ack(self.self_node.clone())
+            }
+            _ => InitJoinReply::Nack,
+        }
+    }
+
+    async fn join(&mut self, j: Join, _ctx: &mut Context<Self>) -> JoinReply {
+        self.on_join(j)
+    }
+
+    async fn gossip_envelope(&mut self, env: GossipEnvelope, ctx: &mut Context<Self>) {
+        self.receive_gossip(ctx, env);
+    }
+
+    async fn gossip_status(&mut self, st: GossipStatus, ctx: &mut Context<Self>) {
+        self.receive_status(ctx, st);
+    }
+
+    async fn heartbeat(&mut self, hb: Heartbeat, ctx: &mut Context<Self>) {
+        if let Some(peer) = self.peer(ctx, &hb.from.address) {
+            let _ = peer.tell(HeartbeatRsp {
+                from: self.self_node.clone(),
+                seq: hb.seq,
+            });
+        }
+    }
+
+    async fn heartbeat_rsp(&mut self, rsp: HeartbeatRsp, _ctx: &mut Context<Self>) {
+        if let Some(d) = self.detectors.get_mut(&rsp.from) {
+            d.heartbeat(Instant::now());
+        }
+    }
+
+    async fn exiting_confirmed(&mut self, c: ExitingConfirmed, _ctx: &mut Context<Self>) {
+        self.exiting_confirmed.insert(c.node);
+    }
+}
+
+/// The reply of a join, back in the core.
+#[derive(Debug, Message)]
+pub(crate) struct Welcomed(Box<Gossip>);
+
+/// Registers the protocol's messages for remoting (control connection).
+pub(crate) fn register(system: &ActorSystem) {
+    system
+        .register_control::<ClusterCore, InitJoin>()
+        .register_control::<ClusterCore, Join>()
+        .register_control::<ClusterCore, GossipEnvelope>()
+        .register_control::<ClusterCore, GossipStatus>()
+        .register_control::<ClusterCore, Heartbeat>()
+        .register_control::<ClusterCore, HeartbeatRsp>()
+        .register_control::<ClusterCore, ExitingConfirmed>();
+}

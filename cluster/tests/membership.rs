@@ -1,0 +1,279 @@
+//! Clusters of several actor systems in one process, over real TCP on
+//! loopback, with the transport's fault injection for partitions.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use troupe_cluster::{Cluster, ClusterEvent, ClusterSettings, DowningStrategy, MemberStatus};
+use troupe_core::prelude::*;
+use troupe_core::remote::{Address, Direction, RemoteSettings};
+use troupe_core::rt;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+fn fast_settings(seeds: &[Address]) -> ClusterSettings {
+    let mut s = ClusterSettings {
+        seed_nodes: seeds.to_vec(),
+        gossip_interval: Duration::from_millis(300),
+        leader_actions_interval: Duration::from_millis(200),
+        unreachable_nodes_reaper_interval: Duration::from_millis(200),
+        heartbeat_interval: Duration::from_millis(200),
+        seed_node_timeout: Duration::from_millis(1500),
+        allow_weakly_up_members: Some(Duration::from_millis(1500)),
+        ..ClusterSettings::default()
+    };
+    s.failure_detector.acceptable_heartbeat_pause = Duration::from_millis(1000);
+    s.failure_detector.first_heartbeat_estimate = Duration::from_millis(200);
+    s.downing.stable_after = Duration::from_millis(1500);
+    s.downing.down_all_when_unstable = None;
+    s
+}
+
+struct Node {
+    system: ActorSystem,
+    cluster: Cluster,
+}
+
+fn system() -> ActorSystem {
+    ActorSystem::builder("cluster")
+        .remote(
+            RemoteSettings::new("127.0.0.1:0")
+                .with_secret("cluster-test")
+                .with_fault_injection(),
+        )
+        .build()
+        .unwrap()
+}
+
+fn address(system: &ActorSystem) -> Address {
+    system.remoting().unwrap().address().clone()
+}
+
+fn start(system: ActorSystem, settings: ClusterSettings) -> Node {
+    let cluster = Cluster::start(&system, settings).unwrap();
+    Node { system, cluster }
+}
+
+/// `n` systems whose first is the first seed.
+fn cluster_of(n: usize, tweak: impl Fn(&mut ClusterSettings)) -> Vec<Node> {
+    let systems: Vec<ActorSystem> = (0..n).map(|_| system()).collect();
+    let seeds = vec![address(&systems[0])];
+    systems
+        .into_iter()
+        .map(|s| {
+            let mut settings = fast_settings(&seeds);
+            tweak(&mut settings);
+            start(s, settings)
+        })
+        .collect()
+}
+
+async fn statuses(node: &Node) -> Vec<(Address, MemberStatus)> {
+    node.cluster
+        .state()
+        .await
+        .map(|s| {
+            s.members
+                .iter()
+                .map(|m| (m.node.address.clone(), m.status))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until every node in `nodes` sees exactly `expected` members, all
+/// with `status`.
+async fn await_members(nodes: &[&Node], expected: &BTreeSet<Address>, status: MemberStatus) {
+    let start = Instant::now();
+    loop {
+        let mut ok = true;
+        for n in nodes {
+            let st = statuses(n).await;
+            let addrs: BTreeSet<Address> = st.iter().map(|(a, _)| a.clone()).collect();
+            if &addrs != expected || st.iter().any(|(_, s)| *s != status) {
+                ok = false;
+                if start.elapsed() > DEADLINE {
+                    panic!(
+                        "{} sees {st:?}, expected {expected:?} all {status}",
+                        n.cluster.self_address()
+                    );
+                }
+            }
+        }
+        if ok {
+            return;
+        }
+        rt::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn all(nodes: &[Node]) -> BTreeSet<Address> {
+    nodes.iter().map(|n| address(&n.system)).collect()
+}
+
+async fn shutdown(nodes: Vec<Node>) {
+    for n in nodes {
+        n.system.shutdown().await;
+    }
+}
+
+#[test]
+fn seed_nodes_form_a_cluster_and_everyone_is_up() {
+    init_logging();
+    rt::block_on(async {
+        let nodes = cluster_of(3, |_| {});
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        // One leader, the same everywhere.
+        let leaders: BTreeSet<_> = {
+            let mut v = BTreeSet::new();
+            for n in &nodes {
+                v.insert(n.cluster.state().await.unwrap().leader);
+            }
+            v
+        };
+        assert_eq!(leaders.len(), 1, "{leaders:?}");
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
+fn events_start_with_a_snapshot_and_arrive_in_order() {
+    init_logging();
+    rt::block_on(async {
+        let first = system();
+        let seeds = vec![address(&first)];
+        let a = start(first, fast_settings(&seeds));
+        let (snapshot, events) = a.cluster.subscribe().await.unwrap();
+        assert!(snapshot.members.len() <= 1);
+        let b = start(system(), fast_settings(&seeds));
+        let b_addr = address(&b.system);
+        let mut seen = Vec::new();
+        let start_t = Instant::now();
+        while !seen
+            .iter()
+            .any(|e| matches!(e, ClusterEvent::MemberUp(m) if m.node.address == b_addr))
+        {
+            assert!(start_t.elapsed() < DEADLINE, "no MemberUp for b: {seen:?}");
+            if let Some(Ok(e)) = rt::timeout(Duration::from_millis(200), events.recv()).await {
+                seen.push(e);
+            }
+        }
+        let joined = seen
+            .iter()
+            .position(|e| matches!(e, ClusterEvent::MemberJoined(m) if m.node.address == b_addr))
+            .expect("MemberJoined before MemberUp");
+        let up = seen
+            .iter()
+            .position(|e| matches!(e, ClusterEvent::MemberUp(m) if m.node.address == b_addr))
+            .unwrap();
+        assert!(joined < up, "{seen:?}");
+        shutdown(vec![a, b]).await;
+    });
+}
+
+#[test]
+fn leaving_members_exit_and_are_removed_also_the_leader() {
+    init_logging();
+    rt::block_on(async {
+        let mut nodes = cluster_of(3, |_| {});
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        let leader = nodes[0].cluster.state().await.unwrap().leader.unwrap();
+        let idx = nodes
+            .iter()
+            .position(|n| n.cluster.self_node() == &leader)
+            .unwrap();
+        let leaving = nodes.remove(idx);
+        nodes[0].cluster.leave(&leader.address);
+        let rest: Vec<&Node> = nodes.iter().collect();
+        await_members(&rest, &all(&nodes), MemberStatus::Up).await;
+        // A new leader among the rest.
+        let new_leader = nodes[0].cluster.state().await.unwrap().leader.unwrap();
+        assert_ne!(new_leader, leader);
+        shutdown(nodes).await;
+        leaving.system.shutdown().await;
+    });
+}
+
+#[test]
+fn an_unreachable_member_is_downed_by_keep_majority_and_removed() {
+    init_logging();
+    rt::block_on(async {
+        let mut nodes = cluster_of(3, |_| {});
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        // Cut the last node off from the others, both ways.
+        let lost = nodes.pop().unwrap();
+        let lost_addr = address(&lost.system);
+        for n in &nodes {
+            let faults = n.system.remoting().unwrap().fault_injector().unwrap();
+            faults.blackhole(&lost_addr, Direction::Both);
+        }
+        let rest: Vec<&Node> = nodes.iter().collect();
+        await_members(&rest, &all(&nodes), MemberStatus::Up).await;
+        shutdown(nodes).await;
+        lost.system.shutdown().await;
+    });
+}
+
+#[test]
+fn a_partition_of_two_and_two_keeps_the_side_with_the_lowest_address() {
+    init_logging();
+    rt::block_on(async {
+        let nodes = cluster_of(4, |s| {
+            s.downing.strategy = DowningStrategy::KeepMajority { role: None };
+        });
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        let mut sorted: Vec<&Node> = nodes.iter().collect();
+        sorted.sort_by_key(|n| n.cluster.self_node().clone());
+        let (low, high) = sorted.split_at(2);
+        for a in low {
+            for b in high {
+                let fa = a.system.remoting().unwrap().fault_injector().unwrap();
+                fa.blackhole(&address(&b.system), Direction::Both);
+                let fb = b.system.remoting().unwrap().fault_injector().unwrap();
+                fb.blackhole(&address(&a.system), Direction::Both);
+            }
+        }
+        let low_addrs: BTreeSet<Address> = low.iter().map(|n| address(&n.system)).collect();
+        await_members(low, &low_addrs, MemberStatus::Up).await;
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
+fn a_restarted_node_rejoins_and_its_old_incarnation_is_removed() {
+    init_logging();
+    rt::block_on(async {
+        let mut nodes = cluster_of(2, |_| {});
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        let old = nodes.pop().unwrap();
+        let port = address(&old.system).port();
+        let old_uid = old.cluster.self_node().uid;
+        old.system.shutdown().await;
+        let seeds = vec![address(&nodes[0].system)];
+        let again = ActorSystem::builder("cluster")
+            .remote(
+                RemoteSettings::new(format!("127.0.0.1:{port}"))
+                    .with_secret("cluster-test")
+                    .with_fault_injection(),
+            )
+            .build()
+            .unwrap();
+        nodes.push(start(again, fast_settings(&seeds)));
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        let st = nodes[0].cluster.state().await.unwrap();
+        assert!(st.members.iter().all(|m| m.node.uid != old_uid));
+        shutdown(nodes).await;
+    });
+}
