@@ -729,7 +729,8 @@ pub(crate) struct SeedAcked(UniqueAddress);
 
 fn log_event(e: &ClusterEvent) {
     match e {
-        ClusterEvent::LeaderChanged(l) => tracing::info!("leader is now {l:?}"),
+        ClusterEvent::LeaderChanged(Some(l)) => tracing::info!("leader is now {l}"),
+        ClusterEvent::LeaderChanged(None) => tracing::info!("no member can lead now"),
         ClusterEvent::UnreachableMember(m) => tracing::warn!("member {} is unreachable", m.node),
         ClusterEvent::ReachableMember(m) => tracing::info!("member {} is reachable again", m.node),
         other => tracing::debug!("cluster event {other:?}"),

@@ -1,0 +1,244 @@
+//! `troupe-node`: a runnable cluster node.
+//!
+//! ```sh
+//! cargo run -p troupe-examples --bin troupe-node -- --bind 127.0.0.1:2552 \
+//!     --seed-nodes troupe://troupe@127.0.0.1:2552
+//! ```
+//!
+//! It joins the cluster of its seed nodes (the first seed forms a new
+//! cluster if no other answers), logs every membership change, and on
+//! SIGTERM or Ctrl-C leaves the cluster gracefully and exits.
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use troupe_cluster::{Cluster, ClusterEvent, ClusterSettings, MemberStatus};
+use troupe_core::prelude::*;
+use troupe_core::remote::{Address, RemoteSettings};
+use troupe_core::rt;
+
+#[derive(Parser)]
+#[command(name = "troupe-node", about = "A Troupe cluster node")]
+struct Args {
+    /// The actor system's name (the same on every node of a cluster).
+    #[arg(long, default_value = "troupe")]
+    system: String,
+    /// Remoting address to listen on (port 0: chosen by the OS).
+    #[arg(long, default_value = "127.0.0.1:2552")]
+    bind: String,
+    /// Management HTTP address.
+    #[arg(long, default_value = "127.0.0.1:8558")]
+    http: String,
+    /// Seed nodes, comma-separated: troupe://SYSTEM@HOST:PORT,...
+    #[arg(long, value_delimiter = ',')]
+    seed_nodes: Vec<String>,
+    /// This node's roles, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    roles: Vec<String>,
+    /// The shared cluster secret (or TROUPE_SECRET).
+    #[arg(long, env = "TROUPE_SECRET", hide_env_values = true)]
+    secret: Option<String>,
+    /// A TOML file of cluster settings (TROUPE_* variables override it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Enables the mutating management routes (join, leave, down).
+    #[arg(long)]
+    http_mutable: bool,
+}
+
+fn settings(args: &Args) -> Result<ClusterSettings, String> {
+    let base = match &args.config {
+        Some(path) => ClusterSettings::from_file(path).map_err(|e| e.to_string())?,
+        None => ClusterSettings::default(),
+    };
+    let mut s = base.with_env().map_err(|e| e.to_string())?;
+    if !args.seed_nodes.is_empty() {
+        s.seed_nodes = args
+            .seed_nodes
+            .iter()
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                a.parse::<Address>()
+                    .map_err(|e| format!("--seed-nodes: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    if !args.roles.is_empty() {
+        s.roles = args
+            .roles
+            .iter()
+            .filter(|r| !r.is_empty())
+            .cloned()
+            .collect();
+    }
+    Ok(s)
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let settings = settings(&args)?;
+    let mut remote = RemoteSettings::new(args.bind.clone());
+    remote.secret = args.secret.clone();
+    let system = ActorSystem::builder(&args.system)
+        .remote(remote)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let cluster = Cluster::start(&system, settings).map_err(|e| e.to_string())?;
+    tracing::info!("node {} started", cluster.self_node());
+    let _management = troupe_examples_http::start(&cluster, &args.http, !args.http_mutable)?;
+    let terminate = signals()?;
+    rt::block_on(async move {
+        let (snapshot, events) = cluster.subscribe().await.map_err(|e| e.to_string())?;
+        tracing::info!(
+            "current members: {:?}",
+            snapshot
+                .members
+                .iter()
+                .map(|m| (m.node.address.to_string(), m.status))
+                .collect::<Vec<_>>()
+        );
+        let me = cluster.self_node().clone();
+        loop {
+            let next = futures_lite_or(events.recv(), terminate.recv()).await;
+            match next {
+                Either::Left(Ok(event)) => log_event(&event),
+                Either::Left(Err(_)) => return Err("the cluster core stopped".to_string()),
+                Either::Right(_) => break,
+            }
+        }
+        tracing::info!("terminating: leaving the cluster");
+        cluster.leave(&me.address);
+        // Wait until this node has left: Exiting (the leader then removes
+        // it), or removed, or no longer a member at all; at most 30 s.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match cluster.state().await {
+                Ok(s) => match s.members.iter().find(|m| m.node == me) {
+                    None => break,
+                    Some(m)
+                        if matches!(
+                            m.status,
+                            MemberStatus::Exiting | MemberStatus::Removed | MemberStatus::Down
+                        ) =>
+                    {
+                        // Give the Exiting confirmation time to reach the leader.
+                        rt::sleep(Duration::from_secs(2)).await;
+                        break;
+                    }
+                    Some(_) => {}
+                },
+                Err(_) => break,
+            }
+            if Instant::now() > deadline {
+                tracing::warn!("did not finish leaving within 30 s; exiting anyway");
+                break;
+            }
+            if let Ok(event) = events.try_recv() {
+                log_event(&event);
+            }
+            rt::sleep(Duration::from_millis(100)).await;
+        }
+        system.shutdown().await;
+        tracing::info!("left the cluster; bye");
+        Ok(())
+    })
+}
+
+fn log_event(e: &ClusterEvent) {
+    match e {
+        ClusterEvent::MemberJoined(m)
+        | ClusterEvent::MemberWeaklyUp(m)
+        | ClusterEvent::MemberUp(m)
+        | ClusterEvent::MemberLeft(m)
+        | ClusterEvent::MemberExited(m)
+        | ClusterEvent::MemberDowned(m) => {
+            tracing::info!("member {} is {}", m.node.address, m.status)
+        }
+        ClusterEvent::MemberRemoved(m, prev) => {
+            tracing::info!("member {} removed (was {prev})", m.node.address)
+        }
+        ClusterEvent::UnreachableMember(m) => {
+            tracing::warn!("member {} is unreachable", m.node.address)
+        }
+        ClusterEvent::ReachableMember(m) => {
+            tracing::info!("member {} is reachable again", m.node.address)
+        }
+        ClusterEvent::LeaderChanged(l) => tracing::info!(
+            "leader: {}",
+            l.as_ref()
+                .map(|n| n.address.to_string())
+                .unwrap_or_else(|| "none".into())
+        ),
+        ClusterEvent::RoleLeaderChanged(r, l) => tracing::info!(
+            "leader of role {r}: {}",
+            l.as_ref()
+                .map(|n| n.address.to_string())
+                .unwrap_or_else(|| "none".into())
+        ),
+    }
+}
+
+enum Either<L, R> {
+    Left(L),
+    Right(R),
+}
+
+async fn futures_lite_or<L, R>(
+    l: impl std::future::Future<Output = L>,
+    r: impl std::future::Future<Output = R>,
+) -> Either<L, R> {
+    futures_lite::future::or(async { Either::Left(l.await) }, async {
+        Either::Right(r.await)
+    })
+    .await
+}
+
+/// SIGTERM and SIGINT as a channel.
+fn signals() -> Result<async_channel::Receiver<i32>, String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("cannot handle signals: {e}"))?;
+    let (tx, rx) = async_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for s in signals.forever() {
+                let _ = tx.try_send(s);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(rx)
+}
+
+/// The management HTTP server, once the cluster crate has it.
+mod troupe_examples_http {
+    use troupe_cluster::Cluster;
+
+    pub(crate) struct Running;
+
+    pub(crate) fn start(
+        _cluster: &Cluster,
+        http: &str,
+        _read_only: bool,
+    ) -> Result<Running, String> {
+        tracing::debug!("management HTTP on {http} not started yet");
+        Ok(Running)
+    }
+}
