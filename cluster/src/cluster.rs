@@ -1,7 +1,7 @@
 //! The cluster extension of an actor system: start it, join, leave, down,
 //! read the state and subscribe to events.
 
-use crate::core::{self, ClusterCore, GetState, Subscribe, UserAction};
+use crate::core::{self, ClusterCore, GetState, GetStats, GossipStats, Subscribe, UserAction};
 use crate::events::{ClusterEvent, CurrentClusterState};
 use crate::member::UniqueAddress;
 use crate::settings::{ClusterSettings, DowningStrategy};
@@ -124,6 +124,13 @@ impl Cluster {
     pub async fn state(&self) -> Result<CurrentClusterState, troupe_core::AskError> {
         self.core
             .ask_timeout(GetState, Duration::from_secs(10))
+            .await
+    }
+
+    /// How much gossip this node has sent so far.
+    pub async fn gossip_stats(&self) -> Result<GossipStats, troupe_core::AskError> {
+        self.core
+            .ask_timeout(GetStats, Duration::from_secs(10))
             .await
     }
 

@@ -4,7 +4,8 @@
 
 use crate::member::{Member, MemberStatus, UniqueAddress};
 use crate::membership::MembershipState;
-use std::collections::BTreeSet;
+use crate::reachability::ReachabilityStatus;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A change of the cluster's membership, seen from one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +47,13 @@ pub struct CurrentClusterState {
     pub leader: Option<UniqueAddress>,
     /// The leader of each role.
     pub role_leaders: Vec<(String, Option<UniqueAddress>)>,
+    /// Each member in `unreachable`, with the observers that report it
+    /// unreachable (or terminated), in address order.
+    pub unreachable_observed_by: Vec<(UniqueAddress, Vec<UniqueAddress>)>,
+    /// The oldest Up (or Leaving) member, if any.
+    pub oldest: Option<UniqueAddress>,
+    /// For each role, the oldest Up (or Leaving) member with that role.
+    pub oldest_per_role: Vec<(String, Option<UniqueAddress>)>,
 }
 
 impl CurrentClusterState {
@@ -57,19 +65,42 @@ impl CurrentClusterState {
             .all_unreachable_or_terminated()
             .into_iter()
             .filter_map(|n| g.member(&n).cloned())
+            .collect::<Vec<Member>>();
+        let mut observed_by: BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> = BTreeMap::new();
+        for r in g.reachability.records() {
+            if r.status != ReachabilityStatus::Reachable {
+                observed_by
+                    .entry(r.subject.clone())
+                    .or_default()
+                    .insert(r.observer.clone());
+            }
+        }
+        let unreachable_observed_by = unreachable
+            .iter()
+            .map(|m| {
+                let observers = observed_by
+                    .remove(&m.node)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect();
+                (m.node.clone(), observers)
+            })
             .collect();
+        let roles = state.roles();
         CurrentClusterState {
             members: g.members.iter().cloned().collect(),
             unreachable,
             seen_by: g.seen.clone(),
             leader: state.leader(),
-            role_leaders: state
-                .roles()
-                .into_iter()
-                .map(|r| {
-                    let l = state.role_leader(&r);
-                    (r, l)
-                })
+            role_leaders: roles
+                .iter()
+                .map(|r| (r.clone(), state.role_leader(r)))
+                .collect(),
+            unreachable_observed_by,
+            oldest: state.oldest(None).map(|m| m.node.clone()),
+            oldest_per_role: roles
+                .iter()
+                .map(|r| (r.clone(), state.oldest(Some(r)).map(|m| m.node.clone())))
                 .collect(),
         }
     }
@@ -142,6 +173,37 @@ mod tests {
 
     fn node(port: u16) -> UniqueAddress {
         UniqueAddress::new(Address::new("sys", "127.0.0.1", port), port as u64)
+    }
+
+    #[test]
+    fn snapshot_has_observers_and_oldest_members() {
+        let role = |r: &str| [r.to_string()].into_iter().collect::<BTreeSet<_>>();
+        let members = [
+            Member::joining(node(1), role("a")).up(2),
+            Member::joining(node(2), role("b")).up(1),
+            Member::joining(node(3), role("b")),
+            Member::joining(node(4), role("c")),
+        ];
+        let mut g = Gossip::with_members(members);
+        g.reachability = g
+            .reachability
+            .unreachable(&node(1), &node(3))
+            .unreachable(&node(2), &node(3))
+            .terminated(&node(1), &node(4));
+        let s = CurrentClusterState::of(&MembershipState::new(g, node(1)));
+        assert_eq!(
+            s.unreachable_observed_by,
+            vec![(node(3), vec![node(1), node(2)]), (node(4), vec![node(1)])]
+        );
+        assert_eq!(s.oldest, Some(node(2)));
+        assert_eq!(
+            s.oldest_per_role,
+            vec![
+                ("a".to_string(), Some(node(1))),
+                ("b".to_string(), Some(node(2))),
+                ("c".to_string(), None)
+            ]
+        );
     }
 
     #[test]

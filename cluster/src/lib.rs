@@ -1,14 +1,16 @@
 //! Troupe cluster extension: membership (gossip, vector clocks, phi accrual
-//! failure detection, leader actions, split brain resolver), and later
-//! cluster singleton, distributed data, bootstrap and management HTTP.
+//! failure detection, leader actions, split brain resolver), the
+//! management HTTP API ([`management`]), and later cluster singleton,
+//! distributed data and bootstrap.
 //!
 //! This first part is the membership model of Akka Cluster, as pure data
 //! and functions: [`Member`]s with their life cycle, the gossiped
 //! [`Gossip`] state (a CRDT with a [`VectorClock`] and a [`Reachability`]
 //! table), what a node concludes from it ([`MembershipState`]: convergence,
 //! leader, leader actions), the [`ClusterEvent`]s between two states, and
-//! [`ClusterSettings`] with Akka's defaults. It depends only on
-//! `troupe-core`.
+//! [`ClusterSettings`] with Akka's defaults. [`management`] serves the
+//! routes of Akka Management's cluster HTTP management (hyper 1 over the
+//! runtime's sockets).
 
 mod cluster;
 mod core;
@@ -16,6 +18,7 @@ pub mod downing;
 pub mod events;
 pub mod gossip;
 mod heartbeat;
+pub mod management;
 pub mod member;
 pub mod membership;
 mod protocol;
@@ -24,8 +27,10 @@ pub mod settings;
 pub mod vclock;
 
 pub use cluster::{Cluster, ClusterError};
+pub use core::GossipStats;
 pub use events::{ClusterEvent, CurrentClusterState};
 pub use gossip::Gossip;
+pub use management::{ManagementError, ManagementServer, ManagementSettings};
 pub use member::{Member, MemberStatus, UniqueAddress};
 pub use membership::{LeaderActions, MembershipState, UpThresholds};
 pub use reachability::{Reachability, ReachabilityStatus};

@@ -78,7 +78,9 @@ pub struct ClusterSettings {
     pub reduce_gossip_different_view_probability: usize,
     /// Leader actions interval. Default 1 s.
     pub leader_actions_interval: Duration,
-    /// How often the failure detector's verdicts are applied. Default 1 s.
+    /// How often the failure detector's verdicts are applied. Default
+    /// 250 ms (Akka: 1 s): the detector is consulted more often at almost
+    /// no cost, so an unreachable node is noticed up to 0.75 s sooner.
     pub unreachable_nodes_reaper_interval: Duration,
     /// Time the first seed waits for other seeds before forming a cluster.
     /// Default 5 s.
@@ -117,7 +119,7 @@ impl Default for ClusterSettings {
             gossip_different_view_probability: 0.8,
             reduce_gossip_different_view_probability: 400,
             leader_actions_interval: Duration::from_secs(1),
-            unreachable_nodes_reaper_interval: Duration::from_secs(1),
+            unreachable_nodes_reaper_interval: Duration::from_millis(250),
             seed_node_timeout: Duration::from_secs(5),
             retry_unsuccessful_join_after: Duration::from_secs(10),
             shutdown_after_unsuccessful_join_seed_nodes: None,

@@ -277,3 +277,124 @@ fn a_restarted_node_rejoins_and_its_old_incarnation_is_removed() {
         shutdown(nodes).await;
     });
 }
+
+#[test]
+fn joining_members_wait_for_convergence_become_weakly_up_and_up_after_healing() {
+    init_logging();
+    rt::block_on(async {
+        // No downing here: the unreachable node must stay unreachable.
+        let mut nodes = cluster_of(3, |s| s.downing.strategy = DowningStrategy::None);
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        let cut = address(&nodes[2].system);
+        for n in &nodes[..2] {
+            n.system
+                .remoting()
+                .unwrap()
+                .fault_injector()
+                .unwrap()
+                .blackhole(&cut, Direction::Both);
+        }
+        // Wait until the cut node is seen as unreachable.
+        let start_t = Instant::now();
+        while !nodes[0]
+            .cluster
+            .state()
+            .await
+            .unwrap()
+            .unreachable
+            .iter()
+            .any(|m| m.node.address == cut)
+        {
+            assert!(start_t.elapsed() < DEADLINE, "never unreachable");
+            rt::sleep(Duration::from_millis(50)).await;
+        }
+        // A new node joins: without convergence it cannot become Up...
+        let seeds = vec![address(&nodes[0].system)];
+        let mut settings = fast_settings(&seeds);
+        settings.downing.strategy = DowningStrategy::None;
+        let newcomer = start(system(), settings);
+        let new_addr = address(&newcomer.system);
+        let status_of = |st: Vec<(Address, MemberStatus)>| {
+            st.into_iter().find(|(a, _)| *a == new_addr).map(|(_, s)| s)
+        };
+        let start_t = Instant::now();
+        loop {
+            let s = status_of(statuses(&nodes[0]).await);
+            assert_ne!(s, Some(MemberStatus::Up), "Up without convergence");
+            if s == Some(MemberStatus::WeaklyUp) {
+                break;
+            }
+            assert!(start_t.elapsed() < DEADLINE, "never WeaklyUp: {s:?}");
+            rt::sleep(Duration::from_millis(50)).await;
+        }
+        // ...and once the partition heals, it becomes Up.
+        for n in &nodes[..2] {
+            n.system
+                .remoting()
+                .unwrap()
+                .fault_injector()
+                .unwrap()
+                .pass_through(&cut);
+        }
+        nodes.push(newcomer);
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
+fn min_nr_of_members_delays_up() {
+    init_logging();
+    rt::block_on(async {
+        let mut nodes = cluster_of(2, |s| s.min_nr_of_members = 3);
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Joining).await;
+        let seeds = vec![address(&nodes[0].system)];
+        let mut settings = fast_settings(&seeds);
+        settings.min_nr_of_members = 3;
+        nodes.push(start(system(), settings));
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
+fn two_clusters_do_not_merge() {
+    init_logging();
+    rt::block_on(async {
+        let a = cluster_of(2, |_| {});
+        let b = cluster_of(2, |_| {});
+        let (ra, rb): (Vec<&Node>, Vec<&Node>) = (a.iter().collect(), b.iter().collect());
+        await_members(&ra, &all(&a), MemberStatus::Up).await;
+        await_members(&rb, &all(&b), MemberStatus::Up).await;
+        // A member of b asked to join a: it is already a member, so no.
+        b[1].cluster.join(&address(&a[0].system));
+        // Gossip keeps going for a while; neither side learns of the other.
+        for _ in 0..20 {
+            await_members(&ra, &all(&a), MemberStatus::Up).await;
+            await_members(&rb, &all(&b), MemberStatus::Up).await;
+            rt::sleep(Duration::from_millis(100)).await;
+        }
+        shutdown(a).await;
+        shutdown(b).await;
+    });
+}
+
+#[test]
+fn a_running_member_that_is_downed_leaves_and_is_removed() {
+    init_logging();
+    rt::block_on(async {
+        let mut nodes = cluster_of(3, |s| s.downing.strategy = DowningStrategy::None);
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        let downed = nodes.pop().unwrap();
+        nodes[0].cluster.down(&address(&downed.system));
+        let rest: Vec<&Node> = nodes.iter().collect();
+        await_members(&rest, &all(&nodes), MemberStatus::Up).await;
+        shutdown(nodes).await;
+        downed.system.shutdown().await;
+    });
+}

@@ -13,6 +13,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use troupe_cluster::management::{ManagementServer, ManagementSettings};
 use troupe_cluster::{Cluster, ClusterEvent, ClusterSettings, MemberStatus};
 use troupe_core::prelude::*;
 use troupe_core::remote::{Address, RemoteSettings};
@@ -102,7 +103,20 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let cluster = Cluster::start(&system, settings).map_err(|e| e.to_string())?;
     tracing::info!("node {} started", cluster.self_node());
-    let _management = troupe_examples_http::start(&cluster, &args.http, !args.http_mutable)?;
+    let management = ManagementServer::start(
+        cluster.clone(),
+        ManagementSettings::new(args.http.clone()).with_read_only(!args.http_mutable),
+    )
+    .map_err(|e| format!("management HTTP on {}: {e}", args.http))?;
+    tracing::info!(
+        "management HTTP on http://{} ({})",
+        management.local_addr(),
+        if args.http_mutable {
+            "mutable"
+        } else {
+            "read-only"
+        }
+    );
     let terminate = signals()?;
     rt::block_on(async move {
         let (snapshot, events) = cluster.subscribe().await.map_err(|e| e.to_string())?;
@@ -155,6 +169,7 @@ fn run(args: Args) -> Result<(), String> {
             }
             rt::sleep(Duration::from_millis(100)).await;
         }
+        management.stop().await;
         system.shutdown().await;
         tracing::info!("left the cluster; bye");
         Ok(())
@@ -225,20 +240,4 @@ fn signals() -> Result<async_channel::Receiver<i32>, String> {
         })
         .map_err(|e| e.to_string())?;
     Ok(rx)
-}
-
-/// The management HTTP server, once the cluster crate has it.
-mod troupe_examples_http {
-    use troupe_cluster::Cluster;
-
-    pub(crate) struct Running;
-
-    pub(crate) fn start(
-        _cluster: &Cluster,
-        http: &str,
-        _read_only: bool,
-    ) -> Result<Running, String> {
-        tracing::debug!("management HTTP on {http} not started yet");
-        Ok(Running)
-    }
 }

@@ -1,0 +1,106 @@
+//! The JSON documents of the management API, with Akka Management's field
+//! names (camelCase). They deserialize too, for clients of the API.
+
+use crate::events::CurrentClusterState;
+use crate::member::{Member, UniqueAddress};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The answer to `GET /cluster/members`: this node's view of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMembers {
+    /// The address of the node that answered.
+    pub self_node: String,
+    /// Every member, in address order.
+    pub members: Vec<ClusterMember>,
+    /// Members that some node cannot reach.
+    pub unreachable: Vec<ClusterUnreachableMember>,
+    /// The leader's address; `null` when no member can lead.
+    pub leader: Option<String>,
+    /// The address of the oldest Up (or Leaving) member; `null` if none.
+    pub oldest: Option<String>,
+    /// For each role that has one, the oldest Up (or Leaving) member with
+    /// that role.
+    pub oldest_per_role: BTreeMap<String, String>,
+}
+
+/// One member, as in `GET /cluster/members/{address}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMember {
+    /// Its address, `troupe://SYSTEM@HOST:PORT`.
+    pub node: String,
+    /// The UID of its incarnation, as a decimal string (JSON numbers lose
+    /// precision above 2^53).
+    pub node_uid: String,
+    /// Its status: `Joining`, `WeaklyUp`, `Up`, `Leaving`, `Exiting`,
+    /// `Down` or `Removed`.
+    pub status: String,
+    /// Its roles, sorted.
+    pub roles: Vec<String>,
+}
+
+/// A member that some node cannot reach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterUnreachableMember {
+    /// Its address.
+    pub node: String,
+    /// The addresses of the nodes that report it unreachable.
+    pub observed_by: Vec<String>,
+}
+
+/// A message: the answer to a command, or why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagementMessage {
+    /// What happened.
+    pub message: String,
+}
+
+impl ManagementMessage {
+    /// A message with this text.
+    pub fn new(message: impl Into<String>) -> Self {
+        ManagementMessage {
+            message: message.into(),
+        }
+    }
+}
+
+impl ClusterMember {
+    /// The JSON form of `member`.
+    pub fn of(member: &Member) -> Self {
+        ClusterMember {
+            node: member.node.address.to_string(),
+            node_uid: member.node.uid.to_string(),
+            status: member.status.name().to_string(),
+            roles: member.roles.iter().cloned().collect(),
+        }
+    }
+}
+
+impl ClusterMembers {
+    /// The JSON form of `state` as seen by `self_node`.
+    pub fn of(self_node: &UniqueAddress, state: &CurrentClusterState) -> Self {
+        let text = |n: &UniqueAddress| n.address.to_string();
+        ClusterMembers {
+            self_node: text(self_node),
+            members: state.members.iter().map(ClusterMember::of).collect(),
+            unreachable: state
+                .unreachable_observed_by
+                .iter()
+                .map(|(node, observers)| ClusterUnreachableMember {
+                    node: text(node),
+                    observed_by: observers.iter().map(text).collect(),
+                })
+                .collect(),
+            leader: state.leader.as_ref().map(text),
+            oldest: state.oldest.as_ref().map(text),
+            oldest_per_role: state
+                .oldest_per_role
+                .iter()
+                .filter_map(|(role, oldest)| oldest.as_ref().map(|o| (role.clone(), text(o))))
+                .collect(),
+        }
+    }
+}

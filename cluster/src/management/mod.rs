@@ -1,0 +1,47 @@
+//! Cluster HTTP management: the routes and JSON shapes of Akka
+//! Management's cluster HTTP management, served with hyper 1 over the
+//! runtime's sockets.
+//!
+//! | route | what it does |
+//! | --- | --- |
+//! | `GET /cluster/members` | this node's view of the membership ([`ClusterMembers`]) |
+//! | `GET /cluster/members/{address}` | one member ([`ClusterMember`]), 404 if unknown |
+//! | `POST /cluster/members` (form `address`) | joins the cluster of that address |
+//! | `PUT /cluster/members/{address}` (form `operation` = `Down` or `Leave`) | downs the member, or asks it to leave |
+//! | `DELETE /cluster/members/{address}` | asks the member to leave |
+//! | `GET /ready` | 200 when this node is Up or WeaklyUp, 503 otherwise |
+//! | `GET /alive` | 200 while the server runs |
+//!
+//! `{address}` is a node's address (`troupe://SYSTEM@HOST:PORT`), URL-encoded
+//! or not, or its `SYSTEM@HOST:PORT` part. Errors are JSON
+//! `{"message": "..."}` ([`ManagementMessage`]) with a 4xx or 5xx status.
+//!
+//! The server is read-only by default: `POST`, `PUT` and `DELETE` answer
+//! 405 until [`ManagementSettings::read_only`] is set to `false`. Anyone who
+//! can reach a mutable server can down or remove members, so bind it to a
+//! private interface.
+//!
+//! ```no_run
+//! use troupe_cluster::management::{ManagementServer, ManagementSettings};
+//! use troupe_cluster::{Cluster, ClusterSettings};
+//! use troupe_core::prelude::*;
+//! use troupe_core::remote::RemoteSettings;
+//!
+//! let system = ActorSystem::builder("shop")
+//!     .remote(RemoteSettings::new("127.0.0.1:2552").with_secret("s3cret"))
+//!     .build()
+//!     .unwrap();
+//! let cluster = Cluster::start(&system, ClusterSettings::default()).unwrap();
+//! let server = ManagementServer::start(cluster, ManagementSettings::default()).unwrap();
+//! println!("curl http://{}/cluster/members", server.local_addr());
+//! ```
+
+mod json;
+mod routes;
+mod server;
+mod settings;
+mod timer;
+
+pub use json::{ClusterMember, ClusterMembers, ClusterUnreachableMember, ManagementMessage};
+pub use server::ManagementServer;
+pub use settings::{ManagementError, ManagementSettings};
