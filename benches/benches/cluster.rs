@@ -1,0 +1,173 @@
+//! Cluster membership figures, in one process over loopback TCP, with
+//! default intervals (gossip 1 s, heartbeat 1 s, leader actions 1 s,
+//! failure detector threshold 8 and acceptable pause 3 s, split brain
+//! resolver keep-majority with stable-after 20 s):
+//!
+//! - time from start until every node sees all members Up, for 5, 10, 25
+//!   and 50 nodes (the first node is the only seed, so it forms the
+//!   cluster at once; the others join it);
+//! - in a 5-node cluster, time from one node's abrupt stop (its system
+//!   shut down without leaving: connections refused from then on) until
+//!   every survivor sees it unreachable, and until it is removed;
+//! - gossip bytes sent per second per node in a converged 25-node cluster.
+//!
+//! ```sh
+//! cargo bench --manifest-path benches/Cargo.toml --bench cluster
+//! ```
+
+use std::time::{Duration, Instant};
+use troupe_cluster::{Cluster, ClusterSettings, MemberStatus};
+use troupe_core::prelude::*;
+use troupe_core::remote::{Address, RemoteSettings};
+use troupe_core::rt;
+
+struct Node {
+    system: ActorSystem,
+    cluster: Cluster,
+}
+
+fn start_nodes(n: usize) -> Vec<Node> {
+    let systems: Vec<ActorSystem> = (0..n)
+        .map(|_| {
+            ActorSystem::builder("bench")
+                .remote(RemoteSettings::new("127.0.0.1:0").with_secret("bench"))
+                .build()
+                .expect("system")
+        })
+        .collect();
+    let seed: Address = systems[0].remoting().unwrap().address().clone();
+    systems
+        .into_iter()
+        .map(|system| {
+            let settings = ClusterSettings {
+                seed_nodes: vec![seed.clone()],
+                ..ClusterSettings::default()
+            };
+            let cluster = Cluster::start(&system, settings).expect("cluster");
+            Node { system, cluster }
+        })
+        .collect()
+}
+
+/// Waits until `check` holds on every node; the time it took.
+async fn until_all(nodes: &[&Node], limit: Duration, check: impl Fn(&troupe_cluster::CurrentClusterState) -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        let mut ok = true;
+        for n in nodes {
+            match n.cluster.state().await {
+                Ok(s) if check(&s) => {}
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        rt::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn shutdown(nodes: Vec<Node>) {
+    for n in nodes {
+        n.system.shutdown().await;
+    }
+}
+
+#[allow(clippy::print_stdout)]
+fn main() {
+    rt::block_on(async {
+        let mut json = Vec::new();
+        // `CLUSTER_BENCH_SIZES=50` measures only some sizes.
+        let sizes: Vec<usize> = std::env::var("CLUSTER_BENCH_SIZES")
+            .ok()
+            .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+            .unwrap_or_else(|| vec![5, 10, 25, 50]);
+        for n in sizes {
+            let start = Instant::now();
+            let nodes = start_nodes(n);
+            let refs: Vec<&Node> = nodes.iter().collect();
+            let took = until_all(&refs, Duration::from_secs(120), |s| {
+                s.members.len() == n && s.members.iter().all(|m| m.status == MemberStatus::Up)
+            })
+            .await
+            .map(|_| start.elapsed());
+            match took {
+                Some(t) => {
+                    println!("{n:>3} nodes: all members Up everywhere after {:.2} s", t.as_secs_f64());
+                    json.push(format!("\"converged_{n}_nodes_s\":{:.3}", t.as_secs_f64()));
+                }
+                None => println!("{n:>3} nodes: did not converge within 120 s"),
+            }
+            if n == 25 && took.is_some() {
+                // Converged: measure gossip over 10 s.
+                let before: Vec<u64> = futures_collect(&nodes).await;
+                let window = Duration::from_secs(10);
+                rt::sleep(window).await;
+                let after: Vec<u64> = futures_collect(&nodes).await;
+                let per_node: f64 = after
+                    .iter()
+                    .zip(&before)
+                    .map(|(a, b)| (a - b) as f64)
+                    .sum::<f64>()
+                    / n as f64
+                    / window.as_secs_f64();
+                println!("25 nodes converged: {per_node:.0} gossip bytes/s per node");
+                json.push(format!("\"gossip_bytes_per_s_per_node_25\":{per_node:.1}"));
+            }
+            shutdown(nodes).await;
+        }
+
+        if std::env::var("CLUSTER_BENCH_SIZES").is_ok() {
+            println!("{{\"framework\":\"troupe\",\"cluster\":true,{}}}", json.join(","));
+            return;
+        }
+        // Failure detection and removal in a 5-node cluster.
+        let mut nodes = start_nodes(5);
+        let refs: Vec<&Node> = nodes.iter().collect();
+        until_all(&refs, Duration::from_secs(60), |s| {
+            s.members.len() == 5 && s.members.iter().all(|m| m.status == MemberStatus::Up)
+        })
+        .await
+        .expect("5 nodes up");
+        // Let the failure detectors learn the heartbeat rhythm first.
+        rt::sleep(Duration::from_secs(5)).await;
+        let victim = nodes.pop().unwrap();
+        let victim_node = victim.cluster.self_node().clone();
+        let killed = Instant::now();
+        victim.system.shutdown().await;
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let unreachable = until_all(&refs, Duration::from_secs(60), |s| {
+            s.unreachable.iter().any(|m| m.node == victim_node)
+        })
+        .await
+        .map(|_| killed.elapsed());
+        let removed = until_all(&refs, Duration::from_secs(120), |s| {
+            s.members.iter().all(|m| m.node != victim_node)
+        })
+        .await
+        .map(|_| killed.elapsed());
+        match (unreachable, removed) {
+            (Some(u), Some(r)) => {
+                println!("5 nodes, one stopped: unreachable on all survivors after {:.2} s, removed after {:.2} s", u.as_secs_f64(), r.as_secs_f64());
+                json.push(format!("\"unreachable_after_s\":{:.3},\"removed_after_s\":{:.3}", u.as_secs_f64(), r.as_secs_f64()));
+            }
+            other => println!("failure detection did not complete: {other:?}"),
+        }
+        shutdown(nodes).await;
+        println!("{{\"framework\":\"troupe\",\"cluster\":true,{}}}", json.join(","));
+    });
+}
+
+async fn futures_collect(nodes: &[Node]) -> Vec<u64> {
+    let mut v = Vec::new();
+    for n in nodes {
+        v.push(n.cluster.gossip_stats().await.map(|s| s.bytes).unwrap_or(0));
+    }
+    v
+}
