@@ -62,7 +62,13 @@ enum Joining {
     Idle,
     /// Looking for a seed that is part of a cluster; the first seed forms
     /// a new cluster if no other answers within `seed_node_timeout`.
-    Seeds { seeds: Vec<Address>, since: Instant },
+    Seeds {
+        seeds: Vec<Address>,
+        since: Instant,
+        /// When the last `Join` went out: another only after
+        /// `retry_unsuccessful_join_after`, or once it was answered `Retry`.
+        join_sent: Option<Instant>,
+    },
     /// A member.
     Joined,
 }
@@ -201,6 +207,7 @@ impl ClusterCore {
         self.joining = Joining::Seeds {
             seeds,
             since: Instant::now(),
+            join_sent: None,
         };
     }
 
@@ -208,7 +215,7 @@ impl ClusterCore {
     /// is part of a cluster; the first seed forms a new cluster when no
     /// other seed answers within `seed_node_timeout`.
     fn join_round(&mut self, ctx: &mut Context<Self>) {
-        let Joining::Seeds { seeds, since } = &self.joining else {
+        let Joining::Seeds { seeds, since, .. } = &self.joining else {
             return;
         };
         let (seeds, since) = (seeds.clone(), *since);
@@ -843,9 +850,17 @@ impl ClusterCore {
     }
 
     async fn seed_acked(&mut self, a: SeedAcked, ctx: &mut Context<Self>) {
-        if !matches!(self.joining, Joining::Seeds { .. }) || self.is_member() {
+        if self.is_member() {
             return;
         }
+        let retry_after = self.settings.retry_unsuccessful_join_after;
+        let Joining::Seeds { join_sent, .. } = &mut self.joining else {
+            return;
+        };
+        if join_sent.is_some_and(|t| t.elapsed() < retry_after) {
+            return;
+        }
+        *join_sent = Some(Instant::now());
         let Some(peer) = self.peer(ctx, &a.0.address) else {
             return;
         };
@@ -860,11 +875,20 @@ impl ClusterCore {
                 Ok(JoinReply::Welcome(g)) => {
                     let _ = me.tell(Welcomed(g));
                 }
-                Ok(JoinReply::Retry(why)) => tracing::info!("join not accepted yet: {why}"),
+                Ok(JoinReply::Retry(why)) => {
+                    tracing::info!("join not accepted yet: {why}");
+                    let _ = me.tell(JoinRetry);
+                }
                 Ok(JoinReply::Refused(why)) => tracing::error!("join refused: {why}"),
                 Err(e) => tracing::debug!("join got no answer: {e}"),
             }
         });
+    }
+
+    async fn join_retry(&mut self, _r: JoinRetry, _ctx: &mut Context<Self>) {
+        if let Joining::Seeds { join_sent, .. } = &mut self.joining {
+            *join_sent = None;
+        }
     }
 
     async fn welcomed(&mut self, w: Welcomed, _ctx: &mut Context<Self>) {
@@ -918,6 +942,10 @@ impl ClusterCore {
         self.exiting_confirmed.insert(c.node);
     }
 }
+
+/// A join was answered "not now": the next seed answer may try again.
+#[derive(Debug, Clone, Copy, Message)]
+pub(crate) struct JoinRetry;
 
 /// The reply of a join, back in the core.
 #[derive(Debug, Message)]

@@ -398,3 +398,47 @@ fn a_running_member_that_is_downed_leaves_and_is_removed() {
         downed.system.shutdown().await;
     });
 }
+
+#[test]
+fn a_partition_of_three_and_two_keeps_the_three_under_keep_majority() {
+    init_logging();
+    rt::block_on(async {
+        let nodes = cluster_of(5, |_| {});
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        let (three, two) = nodes.split_at(3);
+        for a in three {
+            for b in two {
+                let fa = a.system.remoting().unwrap().fault_injector().unwrap();
+                fa.blackhole(&address(&b.system), Direction::Both);
+                let fb = b.system.remoting().unwrap().fault_injector().unwrap();
+                fb.blackhole(&address(&a.system), Direction::Both);
+            }
+        }
+        let majority: BTreeSet<Address> = three.iter().map(|n| address(&n.system)).collect();
+        let refs: Vec<&Node> = three.iter().collect();
+        await_members(&refs, &majority, MemberStatus::Up).await;
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
+fn seed_nodes_started_in_any_order_form_one_cluster() {
+    init_logging();
+    rt::block_on(async {
+        // Three seeds; the first one starts last.
+        let systems: Vec<ActorSystem> = (0..3).map(|_| system()).collect();
+        let seeds: Vec<Address> = systems.iter().map(address).collect();
+        let mut systems = systems;
+        let first = systems.remove(0);
+        let mut nodes: Vec<Node> = systems
+            .into_iter()
+            .map(|s| start(s, fast_settings(&seeds)))
+            .collect();
+        rt::sleep(Duration::from_millis(500)).await;
+        nodes.push(start(first, fast_settings(&seeds)));
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        shutdown(nodes).await;
+    });
+}
