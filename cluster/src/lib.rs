@@ -24,6 +24,7 @@ pub mod membership;
 mod protocol;
 pub mod reachability;
 pub mod settings;
+pub mod singleton;
 pub mod vclock;
 
 pub use cluster::{Cluster, ClusterError};

@@ -1,0 +1,283 @@
+//! The singleton manager: one per node, hosts the instance while its node
+//! is the oldest Up member (of the role), and hands it over.
+
+use crate::cluster::Cluster;
+use crate::events::CurrentClusterState;
+use crate::member::{Member, MemberStatus, UniqueAddress};
+use crate::singleton::protocol::{HandOverReply, HandOverToMe, WhereIsSingleton};
+use crate::singleton::settings::ClusterSingletonSettings;
+use std::time::Duration;
+use troupe_core::prelude::*;
+use troupe_core::{rt, Props};
+
+/// Name of the manager of singleton `name` under `/system`.
+pub(crate) fn manager_name(name: &str) -> String {
+    format!("singleton-{name}")
+}
+
+/// Name of the instance under its manager.
+pub(crate) const INSTANCE: &str = "singleton";
+
+/// The membership as the manager needs it.
+#[derive(Debug, Message)]
+pub(crate) struct Membership(pub(crate) Box<CurrentClusterState>);
+
+/// The cluster core stopped (this node was downed or removed).
+#[derive(Debug, Clone, Copy, Message)]
+pub(crate) struct ClusterGone;
+
+/// Periodic: retry a pending hand-over request.
+#[derive(Debug, Clone, Copy, Message)]
+pub(crate) struct RetryHandOver;
+
+/// The previous oldest answered.
+#[derive(Debug, Message)]
+pub(crate) struct HandOverAnswer(HandOverReply);
+
+/// Where the manager stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// Not the oldest: no instance here.
+    Younger,
+    /// The oldest, waiting for `previous` to hand over.
+    TakingOver { previous: UniqueAddress },
+    /// The oldest, hosting the instance.
+    Oldest,
+    /// Was the oldest; the instance is stopping for a hand-over.
+    HandingOver,
+    /// Out of the cluster: never host again.
+    Gone,
+}
+
+/// Hosts the singleton instance while this node is the oldest.
+pub struct SingletonManager<A: Actor> {
+    cluster: Cluster,
+    factory: Box<dyn FnMut() -> A + Send>,
+    settings: ClusterSingletonSettings,
+    phase: Phase,
+    instance: Option<ActorRef<A>>,
+    /// The oldest as last seen (to know whom to take over from).
+    oldest: Option<UniqueAddress>,
+    members: Vec<Member>,
+}
+
+impl<A: Actor> SingletonManager<A> {
+    pub(crate) fn new(
+        cluster: Cluster,
+        factory: Box<dyn FnMut() -> A + Send>,
+        settings: ClusterSingletonSettings,
+    ) -> Self {
+        SingletonManager {
+            cluster,
+            factory,
+            settings,
+            phase: Phase::Younger,
+            instance: None,
+            oldest: None,
+            members: Vec::new(),
+        }
+    }
+
+    /// The oldest Up member of the role: the singleton's rightful host.
+    fn oldest_of(&self, members: &[Member]) -> Option<UniqueAddress> {
+        members
+            .iter()
+            .filter(|m| m.status == MemberStatus::Up)
+            .filter(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)))
+            .reduce(|a, b| if b.is_older_than(a) { b } else { a })
+            .map(|m| m.node.clone())
+    }
+
+    fn is_member(&self, node: &UniqueAddress) -> bool {
+        self.members
+            .iter()
+            .any(|m| &m.node == node && m.status != MemberStatus::Removed)
+    }
+
+    fn start_instance(&mut self, ctx: &mut Context<Self>) {
+        if self.instance.is_some() {
+            return;
+        }
+        let props = Props::new((self.factory)()).with_name(INSTANCE);
+        match ctx.spawn_props(props) {
+            Ok(r) => {
+                tracing::info!("singleton {} started on {}", r, self.cluster.self_address());
+                self.instance = Some(r);
+                self.phase = Phase::Oldest;
+            }
+            // The previous instance's name is still taken while it stops.
+            Err(e) => tracing::warn!("cannot start the singleton yet: {e}"),
+        }
+    }
+
+    /// Stops the instance and waits for it to be gone.
+    async fn stop_instance(&mut self) {
+        if let Some(i) = self.instance.take() {
+            i.stop();
+            i.wait_for_termination().await;
+            tracing::info!("singleton {} stopped on {}", i, self.cluster.self_address());
+        }
+    }
+
+    async fn on_membership(&mut self, state: CurrentClusterState, ctx: &mut Context<Self>) {
+        self.members = state.members.clone();
+        let me = self.cluster.self_node().clone();
+        let my_status = self.members.iter().find(|m| m.node == me).map(|m| m.status);
+        if matches!(
+            my_status,
+            Some(MemberStatus::Down) | Some(MemberStatus::Removed)
+        ) {
+            self.leave_cluster().await;
+            return;
+        }
+        let new_oldest = self.oldest_of(&self.members);
+        let previous = std::mem::replace(&mut self.oldest, new_oldest.clone());
+        if self.phase == Phase::Gone {
+            return;
+        }
+        let i_am_oldest = new_oldest.as_ref() == Some(&me);
+        match (&self.phase, i_am_oldest) {
+            (Phase::Younger, true) => match previous.filter(|p| *p != me) {
+                // Someone else had it and is still around: ask it to hand over.
+                Some(prev) if self.is_member(&prev) => {
+                    tracing::info!(
+                        "{me} is the oldest now; asking {prev} to hand the singleton over"
+                    );
+                    self.phase = Phase::TakingOver { previous: prev };
+                    self.request_hand_over(ctx);
+                    ctx.start_periodic_timer(
+                        "hand-over",
+                        RetryHandOver,
+                        self.settings.hand_over_retry_interval,
+                    );
+                }
+                // Nobody had it, or the previous host is gone (removed).
+                _ => self.start_instance(ctx),
+            },
+            (Phase::TakingOver { previous }, true) if !self.is_member(previous) => {
+                tracing::info!("previous singleton host {previous} was removed; taking over");
+                ctx.cancel_timer("hand-over");
+                self.start_instance(ctx);
+            }
+            (Phase::TakingOver { .. }, false) => {
+                ctx.cancel_timer("hand-over");
+                self.phase = Phase::Younger;
+            }
+            // Still the oldest: make sure the instance runs.
+            (Phase::Oldest, true) => self.start_instance(ctx),
+            // No longer the oldest (this node is leaving): the new oldest
+            // will ask for the hand-over; until then the instance runs.
+            _ => {}
+        }
+    }
+
+    fn request_hand_over(&mut self, ctx: &mut Context<Self>) {
+        let Phase::TakingOver { previous } = &self.phase else {
+            return;
+        };
+        let path = format!("{}/system/{}", previous.address, ctx.myself().path().name());
+        let Ok(prev) = ctx.system().resolve::<SingletonManager<A>>(&path) else {
+            return;
+        };
+        let me = ctx.myself().clone();
+        let from = self.cluster.self_node().clone();
+        let timeout = self.settings.hand_over_retry_interval;
+        rt::spawn(async move {
+            if let Ok(answer) = prev.ask_timeout(HandOverToMe { from }, timeout).await {
+                let _ = me.tell(HandOverAnswer(answer));
+            }
+        });
+    }
+
+    async fn leave_cluster(&mut self) {
+        if self.phase != Phase::Gone {
+            tracing::info!(
+                "{} left the cluster: its singleton manager stops hosting",
+                self.cluster.self_address()
+            );
+        }
+        self.phase = Phase::Gone;
+        self.stop_instance().await;
+    }
+}
+
+impl<A: Actor> Actor for SingletonManager<A> {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        // Membership changes arrive as messages: a task follows the
+        // cluster's events and sends the state after each.
+        let cluster = self.cluster.clone();
+        let me = ctx.myself().clone();
+        rt::spawn(async move {
+            let Ok((snapshot, events)) = cluster.subscribe().await else {
+                let _ = me.tell(ClusterGone);
+                return;
+            };
+            let _ = me.tell(Membership(Box::new(snapshot)));
+            while events.recv().await.is_ok() {
+                // Coalesce a burst of events into one state.
+                while events.try_recv().is_ok() {}
+                match cluster.state().await {
+                    Ok(s) => {
+                        if me.tell(Membership(Box::new(s))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = me.tell(ClusterGone);
+        });
+    }
+
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.stop_instance().await;
+    }
+}
+
+#[handlers]
+impl<A: Actor> SingletonManager<A> {
+    async fn membership(&mut self, m: Membership, ctx: &mut Context<Self>) {
+        self.on_membership(*m.0, ctx).await;
+    }
+
+    async fn cluster_gone(&mut self, _m: ClusterGone, _ctx: &mut Context<Self>) {
+        self.leave_cluster().await;
+    }
+
+    async fn retry(&mut self, _m: RetryHandOver, ctx: &mut Context<Self>) {
+        self.request_hand_over(ctx);
+    }
+
+    async fn hand_over_answer(&mut self, a: HandOverAnswer, ctx: &mut Context<Self>) {
+        if matches!(self.phase, Phase::TakingOver { .. }) && a.0 == HandOverReply::Done {
+            ctx.cancel_timer("hand-over");
+            self.start_instance(ctx);
+        }
+    }
+
+    async fn hand_over_to_me(
+        &mut self,
+        req: HandOverToMe,
+        _ctx: &mut Context<Self>,
+    ) -> HandOverReply {
+        if self.oldest.as_ref() != Some(&req.from) {
+            // Not (yet) the oldest in our view: it must wait.
+            return HandOverReply::InProgress;
+        }
+        tracing::info!("handing the singleton over to {}", req.from);
+        self.phase = Phase::HandingOver;
+        // Stops and waits: the answer leaves only once the instance is gone.
+        self.stop_instance().await;
+        self.phase = Phase::Younger;
+        HandOverReply::Done
+    }
+
+    async fn where_is(&mut self, _q: WhereIsSingleton, _ctx: &mut Context<Self>) -> Option<String> {
+        let instance = self.instance.as_ref()?;
+        let remoting = _ctx.system().remoting()?;
+        Some(format!("{}{}", remoting.address(), instance.path()))
+    }
+}
+
+/// How long a proxy waits for a manager's answer.
+pub(crate) const ASK_TIMEOUT: Duration = Duration::from_secs(2);

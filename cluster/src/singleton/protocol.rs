@@ -1,0 +1,34 @@
+//! Messages between singleton managers and proxies.
+
+use crate::member::UniqueAddress;
+use crate::singleton::manager::SingletonManager;
+use serde::{Deserialize, Serialize};
+use troupe_core::prelude::*;
+
+/// The new oldest asks the previous one to hand the singleton over.
+#[derive(Debug, Clone, Message, Serialize, Deserialize)]
+#[message(reply = HandOverReply, name = "troupe.singleton.HandOverToMe")]
+pub(crate) struct HandOverToMe {
+    pub(crate) from: UniqueAddress,
+}
+
+/// The answer to [`HandOverToMe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum HandOverReply {
+    /// The instance is stopping; ask again.
+    InProgress,
+    /// No instance runs here any more: start yours.
+    Done,
+}
+
+/// Where is the instance? (asked by proxies of the oldest's manager)
+#[derive(Debug, Clone, Message, Serialize, Deserialize)]
+#[message(reply = Option<String>, name = "troupe.singleton.WhereIsSingleton")]
+pub(crate) struct WhereIsSingleton;
+
+/// Registers the managers' messages for remoting.
+pub(crate) fn register<A: Actor>(system: &ActorSystem) {
+    system
+        .register_control::<SingletonManager<A>, HandOverToMe>()
+        .register_control::<SingletonManager<A>, WhereIsSingleton>();
+}

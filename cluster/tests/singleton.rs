@@ -1,0 +1,268 @@
+//! Cluster singleton across several actor systems in one process: the
+//! oldest hosts it, a graceful leave hands it over with no overlap (checked
+//! through a probe shared by every instance), a crashed host is taken over
+//! after it is downed and removed, and the proxy reaches it from any node.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use troupe_cluster::singleton::{self, ClusterSingletonSettings};
+use troupe_cluster::{Cluster, ClusterSettings, MemberStatus};
+use troupe_core::prelude::*;
+use troupe_core::remote::{Address, Direction, RemoteSettings};
+use troupe_core::rt;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Counts live instances across all nodes of the test.
+#[derive(Default)]
+struct Probe {
+    alive: AtomicUsize,
+    max_alive: AtomicUsize,
+    started: AtomicUsize,
+}
+
+struct Tickets {
+    next: u64,
+    probe: Arc<Probe>,
+}
+
+impl Actor for Tickets {
+    async fn started(&mut self, _ctx: &mut Context<Self>) {
+        let now = self.probe.alive.fetch_add(1, Ordering::SeqCst) + 1;
+        self.probe.max_alive.fetch_max(now, Ordering::SeqCst);
+        self.probe.started.fetch_add(1, Ordering::SeqCst);
+    }
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.probe.alive.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[derive(Debug, Message, Serialize, Deserialize)]
+#[message(reply = u64)]
+struct NextTicket;
+
+#[handlers]
+impl Tickets {
+    async fn next_ticket(&mut self, _m: NextTicket, _ctx: &mut Context<Self>) -> u64 {
+        self.next += 1;
+        self.next
+    }
+}
+
+struct Node {
+    system: ActorSystem,
+    cluster: Cluster,
+}
+
+fn settings(seeds: &[Address]) -> ClusterSettings {
+    let mut s = ClusterSettings {
+        seed_nodes: seeds.to_vec(),
+        gossip_interval: Duration::from_millis(300),
+        leader_actions_interval: Duration::from_millis(200),
+        unreachable_nodes_reaper_interval: Duration::from_millis(200),
+        heartbeat_interval: Duration::from_millis(200),
+        seed_node_timeout: Duration::from_millis(1500),
+        ..ClusterSettings::default()
+    };
+    s.failure_detector.acceptable_heartbeat_pause = Duration::from_millis(1000);
+    s.failure_detector.first_heartbeat_estimate = Duration::from_millis(200);
+    s.downing.stable_after = Duration::from_millis(1500);
+    s.downing.down_all_when_unstable = None;
+    s
+}
+
+fn singleton_settings() -> ClusterSingletonSettings {
+    ClusterSingletonSettings {
+        hand_over_retry_interval: Duration::from_millis(200),
+        identify_interval: Duration::from_millis(200),
+        ..ClusterSingletonSettings::default()
+    }
+}
+
+fn nodes(n: usize, probe: &Arc<Probe>) -> Vec<Node> {
+    let systems: Vec<ActorSystem> = (0..n)
+        .map(|_| {
+            ActorSystem::builder("single")
+                .remote(
+                    RemoteSettings::new("127.0.0.1:0")
+                        .with_secret("singleton-test")
+                        .with_fault_injection(),
+                )
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let seeds = vec![systems[0].remoting().unwrap().address().clone()];
+    systems
+        .into_iter()
+        .map(|system| {
+            system.register::<Tickets, NextTicket>();
+            let cluster = Cluster::start(&system, settings(&seeds)).unwrap();
+            let p = probe.clone();
+            singleton::start(
+                &system,
+                &cluster,
+                "tickets",
+                move || Tickets {
+                    next: 0,
+                    probe: p.clone(),
+                },
+                singleton_settings(),
+            )
+            .unwrap();
+            Node { system, cluster }
+        })
+        .collect()
+}
+
+async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !cond().await {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "not within {DEADLINE:?}: {what}"
+        );
+        rt::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn all_up(nodes: &[Node], n: usize) {
+    eventually("all members Up", async || {
+        for node in nodes {
+            let Ok(s) = node.cluster.state().await else {
+                return false;
+            };
+            if s.members.len() != n || s.members.iter().any(|m| m.status != MemberStatus::Up) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+}
+
+fn hosts(node: &Node) -> bool {
+    node.system
+        .lookup_any("/system/singleton-tickets/singleton")
+        .is_some()
+}
+
+/// The index of the oldest Up member.
+async fn oldest(nodes: &[Node]) -> usize {
+    let s = nodes[0].cluster.state().await.unwrap();
+    let oldest = s
+        .members
+        .iter()
+        .filter(|m| m.status == MemberStatus::Up)
+        .reduce(|a, b| if b.is_older_than(a) { b } else { a })
+        .unwrap()
+        .node
+        .clone();
+    nodes
+        .iter()
+        .position(|n| n.cluster.self_node() == &oldest)
+        .unwrap()
+}
+
+#[test]
+fn the_oldest_hosts_it_and_a_leave_hands_it_over_without_overlap() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let mut nodes = nodes(3, &probe);
+        all_up(&nodes, 3).await;
+        let first = oldest(&nodes).await;
+        eventually("the oldest hosts the singleton", async || {
+            hosts(&nodes[first])
+        })
+        .await;
+        assert_eq!(nodes.iter().filter(|n| hosts(n)).count(), 1);
+
+        // A proxy on a younger node reaches it.
+        let younger = (first + 1) % 3;
+        let proxy = singleton::proxy::<Tickets>(
+            &nodes[younger].system,
+            &nodes[younger].cluster,
+            "tickets",
+            singleton_settings(),
+        )
+        .unwrap();
+        assert_eq!(proxy.ask(NextTicket).await.unwrap(), 1);
+        assert_eq!(proxy.ask(NextTicket).await.unwrap(), 2);
+
+        // The oldest leaves: the next oldest takes over, never two at once.
+        let leaving_addr = nodes[first].cluster.self_address().clone();
+        nodes[younger].cluster.leave(&leaving_addr);
+        let leaving = nodes.remove(first);
+        eventually("a new host", async || nodes.iter().any(hosts)).await;
+        assert_eq!(
+            probe.max_alive.load(Ordering::SeqCst),
+            1,
+            "two instances at once"
+        );
+        assert!(probe.started.load(Ordering::SeqCst) >= 2);
+        // The proxy follows it (a fresh instance: tickets start again).
+        let t = rt::timeout(DEADLINE, proxy.ask(NextTicket))
+            .await
+            .expect("proxy answers")
+            .unwrap();
+        assert!(t >= 1);
+        assert_eq!(probe.max_alive.load(Ordering::SeqCst), 1);
+        for n in nodes {
+            n.system.shutdown().await;
+        }
+        leaving.system.shutdown().await;
+    });
+}
+
+#[test]
+fn a_crashed_host_is_taken_over_after_it_is_downed() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let mut nodes = nodes(3, &probe);
+        all_up(&nodes, 3).await;
+        let first = oldest(&nodes).await;
+        eventually("the oldest hosts the singleton", async || {
+            hosts(&nodes[first])
+        })
+        .await;
+        // Cut the host off from the others (as if it crashed).
+        let host = nodes.remove(first);
+        let host_addr = host.cluster.self_address().clone();
+        for n in &nodes {
+            let f = n.system.remoting().unwrap().fault_injector().unwrap();
+            f.blackhole(&host_addr, Direction::Both);
+        }
+        let rest: BTreeSet<Address> = nodes
+            .iter()
+            .map(|n| n.cluster.self_address().clone())
+            .collect();
+        eventually("a new host among the rest", async || {
+            nodes.iter().any(hosts)
+                && nodes[0]
+                    .cluster
+                    .state()
+                    .await
+                    .map(|s| {
+                        s.members
+                            .iter()
+                            .map(|m| m.node.address.clone())
+                            .collect::<BTreeSet<_>>()
+                            == rest
+                    })
+                    .unwrap_or(false)
+        })
+        .await;
+        // The cut-off host downed itself (keep-majority: it is alone), so
+        // its instance stopped too.
+        eventually("the old host stopped its instance", async || !hosts(&host)).await;
+        for n in nodes {
+            n.system.shutdown().await;
+        }
+        host.system.shutdown().await;
+    });
+}
