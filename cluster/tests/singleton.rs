@@ -266,3 +266,70 @@ fn a_crashed_host_is_taken_over_after_it_is_downed() {
         host.system.shutdown().await;
     });
 }
+
+#[test]
+fn the_three_oldest_crash_together_and_a_single_instance_runs_again() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let nodes = nodes(7, &probe);
+        all_up(&nodes, 7).await;
+        let first = oldest(&nodes).await;
+        eventually("the oldest hosts the singleton", async || {
+            hosts(&nodes[first])
+        })
+        .await;
+        // The three oldest, together, lose contact with the other four.
+        let state = nodes[0].cluster.state().await.unwrap();
+        let mut by_age: Vec<_> = state.members.clone();
+        by_age.sort_by(|a, b| {
+            if a.is_older_than(b) {
+                std::cmp::Ordering::Less
+            } else {
+                std::cmp::Ordering::Greater
+            }
+        });
+        let crashed: BTreeSet<Address> =
+            by_age[..3].iter().map(|m| m.node.address.clone()).collect();
+        let (gone, rest): (Vec<&Node>, Vec<&Node>) = nodes
+            .iter()
+            .partition(|n| crashed.contains(n.cluster.self_address()));
+        for a in &gone {
+            for b in &rest {
+                let fa = a.system.remoting().unwrap().fault_injector().unwrap();
+                fa.blackhole(b.cluster.self_address(), Direction::Both);
+                let fb = b.system.remoting().unwrap().fault_injector().unwrap();
+                fb.blackhole(a.cluster.self_address(), Direction::Both);
+            }
+        }
+        let survivors: BTreeSet<Address> = rest
+            .iter()
+            .map(|n| n.cluster.self_address().clone())
+            .collect();
+        eventually(
+            "one instance among the survivors, none elsewhere",
+            async || {
+                let members_ok = rest[0]
+                    .cluster
+                    .state()
+                    .await
+                    .map(|s| {
+                        s.members
+                            .iter()
+                            .map(|m| m.node.address.clone())
+                            .collect::<BTreeSet<_>>()
+                            == survivors
+                    })
+                    .unwrap_or(false);
+                members_ok
+                    && rest.iter().filter(|n| hosts(n)).count() == 1
+                    && gone.iter().all(|n| !hosts(n))
+                    && probe.alive.load(Ordering::SeqCst) == 1
+            },
+        )
+        .await;
+        for n in nodes {
+            n.system.shutdown().await;
+        }
+    });
+}

@@ -44,4 +44,4 @@ mod timer;
 
 pub use json::{ClusterMember, ClusterMembers, ClusterUnreachableMember, ManagementMessage};
 pub use server::ManagementServer;
-pub use settings::{ManagementError, ManagementSettings};
+pub use settings::{ExtraRoutes, ManagementError, ManagementSettings, RouteAnswer};

@@ -78,6 +78,7 @@ impl Reply {
 pub(crate) struct Routes {
     cluster: Cluster,
     read_only: bool,
+    extra: Option<super::settings::ExtraRoutes>,
 }
 
 /// The form fields of a request: the query string's, then the body's (a
@@ -159,13 +160,34 @@ fn find_member<'s>(state: &'s CurrentClusterState, key: &str) -> Option<&'s Memb
 }
 
 impl Routes {
-    pub(crate) fn new(cluster: Cluster, read_only: bool) -> Routes {
-        Routes { cluster, read_only }
+    pub(crate) fn new(
+        cluster: Cluster,
+        read_only: bool,
+        extra: Option<super::settings::ExtraRoutes>,
+    ) -> Routes {
+        Routes {
+            cluster,
+            read_only,
+            extra,
+        }
     }
 
     /// Answers one request. `path` is the request's path, still
     /// percent-encoded.
     pub(crate) async fn handle(&self, method: &Method, path: &str, form: &Form) -> Reply {
+        if let Some(answer) = self
+            .extra
+            .as_ref()
+            .and_then(|extra| extra(method.as_str(), path))
+        {
+            let (status, body) = answer.await;
+            return Reply {
+                status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                content_type: JSON,
+                allow: None,
+                body,
+            };
+        }
         let route = match Route::of(path) {
             Ok(Some(route)) => route,
             Ok(None) => {

@@ -68,7 +68,11 @@ impl ManagementServer {
         listener.set_nonblocking(true).map_err(cannot)?;
         let listener = rt::TcpListener::from(listener);
         let (stop, stopped) = async_channel::bounded::<()>(1);
-        let routes = Arc::new(Routes::new(cluster, settings.read_only));
+        let routes = Arc::new(Routes::new(
+            cluster,
+            settings.read_only,
+            settings.extra_routes.clone(),
+        ));
         let accept = rt::spawn(accept_loop(listener, routes, stopped));
         tracing::info!(
             "management HTTP listening on http://{local_addr}{}",

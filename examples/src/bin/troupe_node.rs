@@ -10,10 +10,13 @@
 //! SIGTERM or Ctrl-C leaves the cluster gracefully and exits.
 
 use clap::Parser;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use troupe_cluster::management::{ManagementServer, ManagementSettings};
+use troupe_cluster::management::{ExtraRoutes, ManagementServer, ManagementSettings, RouteAnswer};
+use troupe_cluster::singleton::{self, ClusterSingletonSettings, SingletonProxy};
 use troupe_cluster::{Cluster, ClusterEvent, ClusterSettings, MemberStatus};
 use troupe_core::prelude::*;
 use troupe_core::remote::{Address, RemoteSettings};
@@ -103,9 +106,28 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let cluster = Cluster::start(&system, settings).map_err(|e| e.to_string())?;
     tracing::info!("node {} started", cluster.self_node());
+    // The demo singleton: a cluster-wide ticket counter, on the oldest node.
+    system.register::<Tickets, NextTicket>();
+    singleton::start(
+        &system,
+        &cluster,
+        "tickets",
+        Tickets::default,
+        ClusterSingletonSettings::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let tickets = singleton::proxy::<Tickets>(
+        &system,
+        &cluster,
+        "tickets",
+        ClusterSingletonSettings::default(),
+    )
+    .map_err(|e| e.to_string())?;
     let management = ManagementServer::start(
         cluster.clone(),
-        ManagementSettings::new(args.http.clone()).with_read_only(!args.http_mutable),
+        ManagementSettings::new(args.http.clone())
+            .with_read_only(!args.http_mutable)
+            .with_extra_routes(ticket_routes(tickets)),
     )
     .map_err(|e| format!("management HTTP on {}: {e}", args.http))?;
     tracing::info!(
@@ -173,6 +195,80 @@ fn run(args: Args) -> Result<(), String> {
         system.shutdown().await;
         tracing::info!("left the cluster; bye");
         Ok(())
+    })
+}
+
+/// The demo singleton: hands out numbers, one after the other, cluster-wide.
+#[derive(Default)]
+struct Tickets {
+    next: u64,
+}
+
+impl Actor for Tickets {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        tracing::info!("the ticket singleton starts here ({})", ctx.myself());
+    }
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        tracing::info!(
+            "the ticket singleton stops here, after ticket {}",
+            self.next
+        );
+    }
+}
+
+/// Asks for the next ticket.
+#[derive(Message, Serialize, Deserialize)]
+#[message(reply = Ticket, name = "troupe-node.NextTicket")]
+struct NextTicket;
+
+/// A ticket and the node of the singleton that issued it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Ticket {
+    ticket: u64,
+    host: String,
+}
+
+#[handlers]
+impl Tickets {
+    async fn next_ticket(&mut self, _m: NextTicket, ctx: &mut Context<Self>) -> Ticket {
+        self.next += 1;
+        let host = ctx
+            .system()
+            .remoting()
+            .map(|r| r.address().to_string())
+            .unwrap_or_default();
+        Ticket {
+            ticket: self.next,
+            host,
+        }
+    }
+}
+
+/// `POST /tickets`: the next ticket, from wherever the singleton runs.
+fn ticket_routes(tickets: SingletonProxy<Tickets>) -> ExtraRoutes {
+    Arc::new(move |method: &str, path: &str| {
+        if path.trim_end_matches('/') != "/tickets" {
+            return None;
+        }
+        if method != "POST" {
+            let answer: RouteAnswer =
+                Box::pin(async { (405, r#"{"message":"use POST /tickets"}"#.to_string()) });
+            return Some(answer);
+        }
+        let tickets = tickets.clone();
+        let answer: RouteAnswer = Box::pin(async move {
+            match tickets.ask(NextTicket).await {
+                Ok(t) => (
+                    200,
+                    serde_json::json!({"ticket": t.ticket, "host": t.host}).to_string(),
+                ),
+                Err(e) => (
+                    503,
+                    serde_json::json!({"message": format!("no ticket: {e}")}).to_string(),
+                ),
+            }
+        });
+        Some(answer)
     })
 }
 

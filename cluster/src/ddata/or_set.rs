@@ -1,0 +1,549 @@
+//! An observed-remove set with add-wins semantics, and the version vector
+//! it is built on.
+
+use super::crdt::{pairs, ReplicatedData};
+use crate::member::UniqueAddress;
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+
+/// The source of new versions for this process.
+///
+/// As in Akka, versions come from one process-wide counter rather than from
+/// `vector[node] + 1`: a node's versions then increase across every data
+/// value it touches, so a dot it issues is never one that another replica
+/// has already seen. That matters when a value is thrown away and started
+/// afresh (an [`ORMap`](super::ORMap) key removed and added again): with
+/// per-vector counting the fresh set's first dot would repeat an old one
+/// and be wrongly taken as already removed elsewhere. A restarted node has a
+/// new [`UniqueAddress`] uid, so restarting the counter at zero is safe.
+static VERSIONS: AtomicU64 = AtomicU64::new(0);
+
+/// A version for `node` in a vector where it is at `current`: the next
+/// process-wide version, or `current + 1` if that is higher (a state pruned
+/// into this node may carry versions from elsewhere).
+fn next_version(current: u64) -> u64 {
+    let next = VERSIONS.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+    if next > current {
+        next
+    } else {
+        // Keep later versions above this one too.
+        VERSIONS.fetch_max(current + 1, AtomicOrdering::Relaxed);
+        current + 1
+    }
+}
+
+/// A version vector: for each node, the highest version of its changes
+/// that this state has seen. Nodes missing from the vector are at 0.
+///
+/// It is a [`ReplicatedData`] itself (merge takes the highest version per
+/// node), and [`ORSet`] uses it both for its history and for the *dots*
+/// that tag each element.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct VersionVector {
+    /// Version per node; never holds a zero version.
+    #[serde(with = "pairs")]
+    versions: BTreeMap<UniqueAddress, u64>,
+}
+
+impl VersionVector {
+    /// The empty vector: every node at 0.
+    pub fn new() -> Self {
+        VersionVector::default()
+    }
+
+    /// A vector with one node at `version`.
+    pub fn single(node: &UniqueAddress, version: u64) -> Self {
+        let mut vv = VersionVector::new();
+        if version > 0 {
+            vv.versions.insert(node.clone(), version);
+        }
+        vv
+    }
+
+    /// Whether every node is at 0.
+    pub fn is_empty(&self) -> bool {
+        self.versions.is_empty()
+    }
+
+    /// The version of `node` (0 if absent).
+    pub fn version_at(&self, node: &UniqueAddress) -> u64 {
+        self.versions.get(node).copied().unwrap_or(0)
+    }
+
+    /// The nodes and their versions, in node order.
+    pub fn iter(&self) -> impl Iterator<Item = (&UniqueAddress, u64)> + '_ {
+        self.versions.iter().map(|(node, &v)| (node, v))
+    }
+
+    /// Moves `node` to a new, higher version and returns it. Versions come
+    /// from a process-wide counter (see the module source), so they are
+    /// increasing but not consecutive.
+    pub fn increment(&mut self, node: &UniqueAddress) -> u64 {
+        let version = next_version(self.version_at(node));
+        self.versions.insert(node.clone(), version);
+        version
+    }
+
+    /// The causal order of two vectors: `Some(Less)` if `self` happened
+    /// before `other`, `Some(Equal)` if they are the same, `Some(Greater)`
+    /// if after, and `None` if they are concurrent.
+    pub fn compare(&self, other: &VersionVector) -> Option<Ordering> {
+        let mut less = false;
+        let mut greater = false;
+        let nodes = self.versions.keys().chain(other.versions.keys());
+        for node in nodes {
+            match self.version_at(node).cmp(&other.version_at(node)) {
+                Ordering::Less => less = true,
+                Ordering::Greater => greater = true,
+                Ordering::Equal => {}
+            }
+        }
+        match (less, greater) {
+            (false, false) => Some(Ordering::Equal),
+            (true, false) => Some(Ordering::Less),
+            (false, true) => Some(Ordering::Greater),
+            (true, true) => None,
+        }
+    }
+
+    /// The entries of `self` that `seen` has not seen (whose version is
+    /// above `seen`'s version for the same node).
+    fn unseen_by(&self, seen: &VersionVector) -> VersionVector {
+        VersionVector {
+            versions: self
+                .versions
+                .iter()
+                .filter(|(node, &v)| seen.version_at(node) < v)
+                .map(|(node, &v)| (node.clone(), v))
+                .collect(),
+        }
+    }
+}
+
+impl ReplicatedData for VersionVector {
+    fn merge(&self, other: &Self) -> Self {
+        let mut versions = self.versions.clone();
+        for (node, &theirs) in &other.versions {
+            let ours = versions.entry(node.clone()).or_insert(0);
+            *ours = (*ours).max(theirs);
+        }
+        VersionVector { versions }
+    }
+
+    fn modified_by_nodes(&self) -> BTreeSet<UniqueAddress> {
+        self.versions.keys().cloned().collect()
+    }
+
+    fn need_pruning_from(&self, removed: &UniqueAddress) -> bool {
+        self.versions.contains_key(removed)
+    }
+
+    fn prune(&mut self, removed: &UniqueAddress, into: &UniqueAddress) {
+        // `into` moves past everything it had, standing in for the removed
+        // node's history from now on.
+        if self.versions.remove(removed).is_some() {
+            self.increment(into);
+        }
+    }
+
+    fn pruning_cleanup(&mut self, removed: &UniqueAddress) {
+        self.versions.remove(removed);
+    }
+}
+
+/// An observed-remove set (OR-Set) where a concurrent add wins over a
+/// remove, implemented without tombstones as Akka's `ORSet` (the "optimised
+/// OR-Set" of Bieniusa et al., after Riak's `riak_dt_orswot`).
+///
+/// The set keeps a version vector of all the adds it has seen, and tags each
+/// present element with the *dot* of the add(s) that put it there. A remove
+/// simply drops the element. When one replica has an element and the other
+/// has not, the dot tells why: if the other replica's vector has seen the
+/// dot, it removed the element since, and the element goes; otherwise the
+/// other replica has not seen the add yet, and the element stays.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(
+    serialize = "T: Serialize",
+    deserialize = "T: Deserialize<'de> + Ord"
+))]
+pub struct ORSet<T> {
+    /// Each present element with its dot (the adds that put it there).
+    /// Dots are never empty and never above `vvector`.
+    #[serde(with = "pairs")]
+    elements: BTreeMap<T, VersionVector>,
+    /// Every add this state has seen.
+    vvector: VersionVector,
+}
+
+impl<T> Default for ORSet<T> {
+    fn default() -> Self {
+        ORSet {
+            elements: BTreeMap::new(),
+            vvector: VersionVector::new(),
+        }
+    }
+}
+
+impl<T: Ord + Clone> ORSet<T> {
+    /// An empty set.
+    pub fn new() -> Self {
+        ORSet::default()
+    }
+
+    /// Whether `elem` is in the set.
+    pub fn contains(&self, elem: &T) -> bool {
+        self.elements.contains_key(elem)
+    }
+
+    /// The elements, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        self.elements.keys()
+    }
+
+    /// A copy of the elements.
+    pub fn elements(&self) -> BTreeSet<T> {
+        self.elements.keys().cloned().collect()
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.elements.len()
+    }
+
+    /// Whether the set has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.elements.is_empty()
+    }
+
+    /// The version vector of all the adds this state has seen.
+    pub fn version_vector(&self) -> &VersionVector {
+        &self.vvector
+    }
+
+    /// The dot of `elem`: the adds that put it in the set (one per node at
+    /// most; several only after concurrent adds).
+    pub fn dot(&self, elem: &T) -> Option<&VersionVector> {
+        self.elements.get(elem)
+    }
+
+    /// Adds `elem` as `node` (the local node). Adding an element that is
+    /// already present renews its dot, so that the add wins over removes
+    /// made concurrently elsewhere.
+    pub fn add(&mut self, node: &UniqueAddress, elem: T) {
+        let version = self.vvector.increment(node);
+        self.elements
+            .insert(elem, VersionVector::single(node, version));
+    }
+
+    /// Removes `elem`, returning whether it was present. It stays removed
+    /// after merges, unless another replica adds it concurrently (add
+    /// wins). `node` is unused, as in Akka; it is kept so that all the
+    /// mutators look alike and so that delta support can be added later.
+    pub fn remove(&mut self, node: &UniqueAddress, elem: &T) -> bool {
+        let _ = node;
+        // No tombstone: the version vector remembers the add was seen.
+        self.elements.remove(elem).is_some()
+    }
+
+    /// Removes every element, keeping the history; the same as removing
+    /// each one. `node` is unused, as for [`ORSet::remove`].
+    pub fn clear(&mut self, node: &UniqueAddress) {
+        let _ = node;
+        self.elements.clear();
+    }
+
+    /// The merged dot of an element: the dots both sides share, plus each
+    /// side's own dots that the other side has not seen (the ones it has
+    /// seen but no longer has were removed there). `None` means removed.
+    fn merge_dots(
+        ours: Option<&VersionVector>,
+        our_vv: &VersionVector,
+        theirs: Option<&VersionVector>,
+        their_vv: &VersionVector,
+    ) -> Option<VersionVector> {
+        let empty = VersionVector::new();
+        let (ours, theirs) = (ours.unwrap_or(&empty), theirs.unwrap_or(&empty));
+        let mut merged = VersionVector::new();
+        for (node, v) in ours.iter() {
+            if theirs.version_at(node) == v || their_vv.version_at(node) < v {
+                merged.versions.insert(node.clone(), v);
+            }
+        }
+        for (node, v) in theirs.unseen_by(our_vv).iter() {
+            // A node appears once per dot, but keep the higher to be safe.
+            let entry = merged.versions.entry(node.clone()).or_insert(0);
+            *entry = (*entry).max(v);
+        }
+        (!merged.is_empty()).then_some(merged)
+    }
+}
+
+impl<T: Ord + Clone + Send + Sync + 'static> ReplicatedData for ORSet<T> {
+    fn merge(&self, other: &Self) -> Self {
+        let mut elements = BTreeMap::new();
+        for (elem, dot) in &self.elements {
+            let theirs = other.elements.get(elem);
+            if let Some(d) = Self::merge_dots(Some(dot), &self.vvector, theirs, &other.vvector) {
+                elements.insert(elem.clone(), d);
+            }
+        }
+        for (elem, dot) in &other.elements {
+            if self.elements.contains_key(elem) {
+                continue; // done above
+            }
+            if let Some(d) = Self::merge_dots(None, &self.vvector, Some(dot), &other.vvector) {
+                elements.insert(elem.clone(), d);
+            }
+        }
+        ORSet {
+            elements,
+            vvector: self.vvector.merge(&other.vvector),
+        }
+    }
+
+    fn modified_by_nodes(&self) -> BTreeSet<UniqueAddress> {
+        self.vvector.modified_by_nodes()
+    }
+
+    fn need_pruning_from(&self, removed: &UniqueAddress) -> bool {
+        self.vvector.need_pruning_from(removed)
+    }
+
+    fn prune(&mut self, removed: &UniqueAddress, into: &UniqueAddress) {
+        let touched: Vec<T> = self
+            .elements
+            .iter()
+            .filter(|(_, dot)| dot.need_pruning_from(removed))
+            .map(|(elem, _)| elem.clone())
+            .collect();
+        self.vvector.prune(removed, into);
+        // Re-add the elements the removed node had a hand in, so that their
+        // dots name `into` instead, with versions above the new vector.
+        for elem in touched {
+            self.add(into, elem);
+        }
+    }
+
+    fn pruning_cleanup(&mut self, removed: &UniqueAddress) {
+        self.vvector.pruning_cleanup(removed);
+        // An element whose dot named only the removed node is dropped here
+        // (Akka keeps it with an empty dot, which the next merge drops
+        // anyway); the pruned state this is merged with next re-adds it
+        // under `into`.
+        self.elements.retain(|_, dot| {
+            dot.pruning_cleanup(removed);
+            !dot.is_empty()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ddata::crdt::testing::{check_laws, node, run, steps};
+    use proptest::prelude::*;
+
+    fn set_of(items: &[u8]) -> BTreeSet<u8> {
+        items.iter().copied().collect()
+    }
+
+    #[test]
+    fn add_remove_contains() {
+        let a = node(1);
+        let mut s = ORSet::new();
+        assert!(s.is_empty());
+        s.add(&a, 1u8);
+        s.add(&a, 2);
+        assert!(s.contains(&1));
+        assert_eq!(s.len(), 2);
+        assert!(s.remove(&a, &1));
+        assert!(!s.remove(&a, &1));
+        assert_eq!(s.elements(), set_of(&[2]));
+        s.clear(&a);
+        assert!(s.is_empty());
+        assert!(s.version_vector().version_at(&a) > 0);
+    }
+
+    #[test]
+    fn concurrent_add_and_remove_add_wins() {
+        let (a, b) = (node(1), node(2));
+        let mut x = ORSet::new();
+        x.add(&a, "e");
+        let mut y = x.clone();
+        // `a` removes while `b`, concurrently, adds the same element again.
+        x.remove(&a, &"e");
+        y.add(&b, "e");
+        assert!(x.merge(&y).contains(&"e"));
+        assert!(y.merge(&x).contains(&"e"));
+    }
+
+    #[test]
+    fn remove_of_a_seen_add_sticks() {
+        let (a, b) = (node(1), node(2));
+        let mut x = ORSet::new();
+        x.add(&a, "e");
+        x.add(&a, "f");
+        let mut y = ORSet::new().merge(&x);
+        y.remove(&b, &"e");
+        // x still has "e", but y has seen its add and removed it since.
+        let m = x.merge(&y);
+        assert_eq!(m.iter().copied().collect::<Vec<_>>(), vec!["f"]);
+        assert_eq!(y.merge(&x), m);
+    }
+
+    #[test]
+    fn remove_then_re_add() {
+        let (a, b) = (node(1), node(2));
+        let mut x = ORSet::new();
+        x.add(&a, 7u8);
+        let y = x.clone();
+        x.remove(&a, &7);
+        x.add(&a, 7);
+        assert!(x.merge(&y).contains(&7));
+        x.remove(&a, &7);
+        assert!(!x.merge(&y).contains(&7));
+        // Re-added by another node that had seen the remove.
+        let mut z = y.merge(&x);
+        assert!(!z.contains(&7));
+        z.add(&b, 7);
+        assert!(z.merge(&x).contains(&7));
+        assert!(x.merge(&z).contains(&7));
+    }
+
+    #[test]
+    fn concurrent_adds_of_one_element_keep_both_dots() {
+        let (a, b, c) = (node(1), node(2), node(3));
+        let mut x = ORSet::new();
+        let mut y = ORSet::new();
+        x.add(&a, 1u8);
+        y.add(&b, 1u8);
+        let m = x.merge(&y);
+        // Removing after seeing only one of the adds leaves the other.
+        let mut z = ORSet::new().merge(&x);
+        z.remove(&c, &1);
+        assert!(m.merge(&z).contains(&1));
+        let mut w = m.clone();
+        w.remove(&c, &1);
+        assert!(!w.merge(&x).merge(&y).contains(&1));
+    }
+
+    #[test]
+    fn clear_removes_only_what_was_seen() {
+        let (a, b) = (node(1), node(2));
+        let mut x = ORSet::new();
+        x.add(&a, 1u8);
+        let mut y = x.clone();
+        y.add(&b, 2);
+        x.clear(&a);
+        assert_eq!(x.merge(&y).elements(), set_of(&[2]));
+    }
+
+    #[test]
+    fn version_vector_order() {
+        let (a, b) = (node(1), node(2));
+        let mut x = VersionVector::new();
+        assert_eq!(x.compare(&VersionVector::new()), Some(Ordering::Equal));
+        x.increment(&a);
+        let mut y = x.clone();
+        y.increment(&b);
+        assert_eq!(x.compare(&y), Some(Ordering::Less));
+        assert_eq!(y.compare(&x), Some(Ordering::Greater));
+        x.increment(&a);
+        assert_eq!(x.compare(&y), None);
+        let m = x.merge(&y);
+        assert_eq!(m.compare(&x), Some(Ordering::Greater));
+        assert_eq!(m.version_at(&a), x.version_at(&a));
+        assert_eq!(m.iter().count(), 2);
+        assert_eq!(VersionVector::single(&a, 0), VersionVector::new());
+    }
+
+    #[test]
+    fn prune_renames_the_removed_node() {
+        let (a, b, gone) = (node(1), node(2), node(3));
+        let mut s = ORSet::new();
+        s.add(&a, 1u8);
+        s.add(&gone, 2);
+        s.add(&gone, 3);
+        s.remove(&a, &3);
+        let stale = s.clone();
+        assert!(s.need_pruning_from(&gone));
+        s.prune(&gone, &b);
+        assert!(!s.need_pruning_from(&gone));
+        assert_eq!(s.elements(), set_of(&[1, 2]));
+        assert_eq!(s.modified_by_nodes(), [a, b].into_iter().collect());
+        // A replica that learns of the pruning cleans up, then merges.
+        let mut cleaned = stale;
+        cleaned.pruning_cleanup(&gone);
+        assert!(!cleaned.need_pruning_from(&gone));
+        assert_eq!(cleaned.merge(&s).elements(), set_of(&[1, 2]));
+        assert_eq!(s.merge(&cleaned), cleaned.merge(&s));
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let mut s = ORSet::new();
+        s.add(&node(1), (1u8, String::from("a")));
+        s.add(&node(2), (2u8, String::from("b")));
+        s.remove(&node(2), &(1u8, String::from("a")));
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<ORSet<(u8, String)>>(&json).unwrap(), s);
+        let bytes = rmp_serde::to_vec(&s).unwrap();
+        assert_eq!(rmp_serde::from_slice::<ORSet<(u8, String)>>(&bytes).unwrap(), s);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add(u8),
+        Remove(u8),
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..5u8).prop_map(Op::Add),
+            3 => (0..5u8).prop_map(Op::Remove),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn merge_laws_and_add_wins(s in steps(op())) {
+            let replicas = run::<ORSet<u8>, Op>(
+                &s,
+                |set, n, op| match op {
+                    Op::Add(e) => set.add(n, *e),
+                    Op::Remove(e) => {
+                        set.remove(n, e);
+                    }
+                    Op::Clear => set.clear(n),
+                },
+                |before, incoming, after| {
+                    // An add one side has and the other has not seen survives.
+                    for (x, y) in [(before, incoming), (incoming, before)] {
+                        for (e, dot) in &x.elements {
+                            if dot.compare(&y.vvector) != Some(Ordering::Less)
+                                && dot.compare(&y.vvector) != Some(Ordering::Equal)
+                            {
+                                prop_assert!(after.contains(e), "lost add of {}", e);
+                            }
+                        }
+                    }
+                    // Nothing appears from nowhere.
+                    for e in after.iter() {
+                        prop_assert!(before.contains(e) || incoming.contains(e));
+                    }
+                    prop_assert_eq!(&after.vvector, &before.vvector.merge(&incoming.vvector));
+                    Ok(())
+                },
+            )?;
+            let [a, b, c] = &replicas;
+            check_laws(a, b, c)?;
+            // Replicas that exchange everything agree.
+            let all = a.merge(b).merge(c);
+            prop_assert_eq!(c.merge(b).merge(a), all);
+        }
+    }
+}
