@@ -9,13 +9,17 @@
 //! - in a 5-node cluster, time from one node's abrupt stop (its system
 //!   shut down without leaving: connections refused from then on) until
 //!   every survivor sees it unreachable, and until it is removed;
-//! - gossip bytes sent per second per node in a converged 25-node cluster.
+//! - gossip bytes sent per second per node in a converged 25-node cluster;
+//! - cluster singleton, 3 nodes: hand-over time when the host leaves
+//!   gracefully, and take-over time when it stops abruptly (failure
+//!   detection, then stable-after, then removal, then take-over).
 //!
 //! ```sh
 //! cargo bench --manifest-path benches/Cargo.toml --bench cluster
 //! ```
 
 use std::time::{Duration, Instant};
+use troupe_cluster::singleton::{self, ClusterSingletonSettings};
 use troupe_cluster::{Cluster, ClusterSettings, MemberStatus};
 use troupe_core::prelude::*;
 use troupe_core::remote::{Address, RemoteSettings};
@@ -50,7 +54,11 @@ fn start_nodes(n: usize) -> Vec<Node> {
 }
 
 /// Waits until `check` holds on every node; the time it took.
-async fn until_all(nodes: &[&Node], limit: Duration, check: impl Fn(&troupe_cluster::CurrentClusterState) -> bool) -> Option<Duration> {
+async fn until_all(
+    nodes: &[&Node],
+    limit: Duration,
+    check: impl Fn(&troupe_cluster::CurrentClusterState) -> bool,
+) -> Option<Duration> {
     let start = Instant::now();
     loop {
         let mut ok = true;
@@ -99,7 +107,10 @@ fn main() {
             .map(|_| start.elapsed());
             match took {
                 Some(t) => {
-                    println!("{n:>3} nodes: all members Up everywhere after {:.2} s", t.as_secs_f64());
+                    println!(
+                        "{n:>3} nodes: all members Up everywhere after {:.2} s",
+                        t.as_secs_f64()
+                    );
                     json.push(format!("\"converged_{n}_nodes_s\":{:.3}", t.as_secs_f64()));
                 }
                 None => println!("{n:>3} nodes: did not converge within 120 s"),
@@ -124,7 +135,10 @@ fn main() {
         }
 
         if std::env::var("CLUSTER_BENCH_SIZES").is_ok() {
-            println!("{{\"framework\":\"troupe\",\"cluster\":true,{}}}", json.join(","));
+            println!(
+                "{{\"framework\":\"troupe\",\"cluster\":true,{}}}",
+                json.join(",")
+            );
             return;
         }
         // Failure detection and removal in a 5-node cluster.
@@ -155,13 +169,138 @@ fn main() {
         match (unreachable, removed) {
             (Some(u), Some(r)) => {
                 println!("5 nodes, one stopped: unreachable on all survivors after {:.2} s, removed after {:.2} s", u.as_secs_f64(), r.as_secs_f64());
-                json.push(format!("\"unreachable_after_s\":{:.3},\"removed_after_s\":{:.3}", u.as_secs_f64(), r.as_secs_f64()));
+                json.push(format!(
+                    "\"unreachable_after_s\":{:.3},\"removed_after_s\":{:.3}",
+                    u.as_secs_f64(),
+                    r.as_secs_f64()
+                ));
             }
             other => println!("failure detection did not complete: {other:?}"),
         }
         shutdown(nodes).await;
-        println!("{{\"framework\":\"troupe\",\"cluster\":true,{}}}", json.join(","));
+
+        // Singleton hand-over (graceful leave of the host) and take-over
+        // (abrupt stop of the host), 3 nodes, default settings.
+        let mut nodes = start_nodes(3);
+        for n in &nodes {
+            singleton::start(
+                &n.system,
+                &n.cluster,
+                "bench",
+                || Probe,
+                ClusterSingletonSettings::default(),
+            )
+            .expect("singleton");
+        }
+        let refs: Vec<&Node> = nodes.iter().collect();
+        until_all(&refs, Duration::from_secs(60), |s| {
+            s.members.len() == 3 && s.members.iter().all(|m| m.status == MemberStatus::Up)
+        })
+        .await
+        .expect("3 nodes up");
+        let host = wait_host(&nodes, Duration::from_secs(30))
+            .await
+            .expect("a host");
+        rt::sleep(Duration::from_secs(3)).await;
+        let leaving = nodes.remove(host);
+        let t0 = Instant::now();
+        leaving.cluster.leave(leaving.cluster.self_address());
+        match wait_host(&nodes, Duration::from_secs(60)).await {
+            Some(_) => {
+                let t = t0.elapsed();
+                println!(
+                    "singleton hand-over on graceful leave: {:.2} s",
+                    t.as_secs_f64()
+                );
+                json.push(format!("\"singleton_hand_over_s\":{:.3}", t.as_secs_f64()));
+            }
+            None => println!("singleton hand-over did not complete"),
+        }
+        leaving.system.shutdown().await;
+        // Take-over: a third node joins, then the host stops abruptly.
+        let seed = nodes[0].system.remoting().unwrap().address().clone();
+        let extra = ActorSystem::builder("bench")
+            .remote(RemoteSettings::new("127.0.0.1:0").with_secret("bench"))
+            .build()
+            .expect("system");
+        let cluster = Cluster::start(
+            &extra,
+            ClusterSettings {
+                seed_nodes: vec![seed],
+                ..ClusterSettings::default()
+            },
+        )
+        .expect("cluster");
+        singleton::start(
+            &extra,
+            &cluster,
+            "bench",
+            || Probe,
+            ClusterSingletonSettings::default(),
+        )
+        .expect("singleton");
+        nodes.push(Node {
+            system: extra,
+            cluster,
+        });
+        let refs: Vec<&Node> = nodes.iter().collect();
+        until_all(&refs, Duration::from_secs(60), |s| {
+            s.members.len() == 3 && s.members.iter().all(|m| m.status == MemberStatus::Up)
+        })
+        .await
+        .expect("3 nodes up again");
+        rt::sleep(Duration::from_secs(5)).await;
+        let host = wait_host(&nodes, Duration::from_secs(30))
+            .await
+            .expect("a host");
+        let victim = nodes.remove(host);
+        let t0 = Instant::now();
+        victim.system.shutdown().await;
+        match wait_host(&nodes, Duration::from_secs(120)).await {
+            Some(_) => {
+                let t = t0.elapsed();
+                println!(
+                    "singleton take-over after the host stopped abruptly: {:.2} s",
+                    t.as_secs_f64()
+                );
+                json.push(format!("\"singleton_take_over_s\":{:.3}", t.as_secs_f64()));
+            }
+            None => println!("singleton take-over did not complete"),
+        }
+        shutdown(nodes).await;
+        println!(
+            "{{\"framework\":\"troupe\",\"cluster\":true,{}}}",
+            json.join(",")
+        );
     });
+}
+
+/// The singleton instance of the benchmark.
+struct Probe;
+impl Actor for Probe {}
+
+/// Waits until exactly one node hosts the singleton; its index.
+async fn wait_host(nodes: &[Node], limit: Duration) -> Option<usize> {
+    let start = Instant::now();
+    loop {
+        let hosts: Vec<usize> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| {
+                n.system
+                    .lookup_any("/system/singleton-bench/singleton")
+                    .is_some()
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if hosts.len() == 1 {
+            return Some(hosts[0]);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        rt::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn futures_collect(nodes: &[Node]) -> Vec<u64> {

@@ -790,14 +790,7 @@ impl ClusterCore {
 /// A short digest of who has seen the state (FNV-1a over their clock
 /// keys, in order).
 fn seen_digest(g: &Gossip) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for n in &g.seen {
-        for b in n.clock_key().to_le_bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
+    crate::member::fnv1a(g.seen.iter().flat_map(|n| n.clock_key().to_le_bytes()))
 }
 
 /// A seed answered that it is part of a cluster.

@@ -28,13 +28,19 @@ impl UniqueAddress {
     /// A stable 64-bit key of this node (FNV-1a of `address#uid`), used in
     /// vector clocks so that they stay small on the wire.
     pub fn clock_key(&self) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in format!("{}#{}", self.address, self.uid).bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        h
+        fnv1a(format!("{}#{}", self.address, self.uid).bytes())
     }
+}
+
+/// FNV-1a: a hash that is the same on every node, build and platform
+/// (std's hasher is not).
+pub(crate) fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// Address order (host, then port, then system, then uid): the order in
