@@ -14,6 +14,7 @@
 
 mod cluster;
 mod core;
+pub mod ddata;
 pub mod downing;
 pub mod events;
 pub mod gossip;

@@ -98,11 +98,7 @@ pub(crate) mod testing {
     ) -> Result<(), TestCaseError> {
         prop_assert_eq!(a.merge(a), a.clone(), "idempotent");
         prop_assert_eq!(a.merge(b), b.merge(a), "commutative");
-        prop_assert_eq!(
-            a.merge(b).merge(c),
-            a.merge(&b.merge(c)),
-            "associative"
-        );
+        prop_assert_eq!(a.merge(b).merge(c), a.merge(&b.merge(c)), "associative");
         let ab = a.merge(b);
         prop_assert_eq!(ab.merge(a), ab.clone(), "a is included in a + b");
         prop_assert_eq!(ab.merge(b), ab.clone(), "b is included in a + b");

@@ -178,4 +178,26 @@ mod tests {
             check_laws(a, b, c)?;
         }
     }
+
+    proptest! {
+        #[test]
+        fn prune_keeps_the_value(s in steps(0..5u64)) {
+            let [a, b, c] = run::<GCounter, u64>(&s, |c, n, &k| c.increment(n, k), |_, _, _| Ok(()))?;
+            let (gone, into) = (node(0), node(1));
+            let mut pruned = b.clone();
+            pruned.prune(&gone, &into);
+            prop_assert!(!pruned.need_pruning_from(&gone));
+            prop_assert_eq!(pruned.value(), b.value());
+            let mut cleaned = a.clone();
+            cleaned.pruning_cleanup(&gone);
+            let m = cleaned.merge(&pruned);
+            prop_assert!(!m.need_pruning_from(&gone));
+            prop_assert_eq!(&m, &pruned.merge(&cleaned));
+            // Once the others have cleaned up, merging is a lattice again.
+            let mut cleaned_c = c.clone();
+            cleaned_c.pruning_cleanup(&gone);
+            check_laws(&cleaned, &pruned, &cleaned_c)?;
+            prop_assert!(m.value() >= pruned.value());
+        }
+    }
 }

@@ -190,7 +190,15 @@ mod tests {
     fn serde_round_trip() {
         let r = LWWRegister::new(&node(1), String::from("v"));
         let json = serde_json::to_string(&r).unwrap();
-        assert_eq!(serde_json::from_str::<LWWRegister<String>>(&json).unwrap(), r);
+        let bytes = rmp_serde::to_vec(&r).unwrap();
+        assert_eq!(
+            rmp_serde::from_slice::<LWWRegister<String>>(&bytes).unwrap(),
+            r
+        );
+        assert_eq!(
+            serde_json::from_str::<LWWRegister<String>>(&json).unwrap(),
+            r
+        );
         assert_eq!(r.clone().into_value(), "v");
     }
 

@@ -29,11 +29,14 @@
 //! allow string keys (JSON) work too.
 
 pub mod crdt;
+mod durable;
 pub mod gcounter;
 pub mod lww_register;
 pub mod or_map;
 pub mod or_set;
 pub mod pncounter;
+mod replicator;
+mod types;
 
 pub use crdt::ReplicatedData;
 pub use gcounter::GCounter;
@@ -41,3 +44,7 @@ pub use lww_register::{default_clock, reverse_clock, LWWRegister};
 pub use or_map::ORMap;
 pub use or_set::{ORSet, VersionVector};
 pub use pncounter::PNCounter;
+pub use replicator::{
+    DataError, Key, ReadConsistency, Replicator, ReplicatorActor, ReplicatorSettings,
+    WriteConsistency,
+};

@@ -11,22 +11,86 @@ use std::collections::{BTreeMap, BTreeSet};
 /// [`ReplicatedData`] merged key by key, so concurrent updates of one key
 /// are combined rather than one of them lost.
 ///
-/// As in Akka, a removed key's value is dropped without a tombstone. If a
-/// key is removed on one replica while another replica updates it
-/// concurrently, the key survives with the *merge* of the two values, so
-/// for counters the old count comes back (Akka's `ORMap` has the same
-/// anomaly; clear the value before removing the key where that matters).
+/// Unlike Akka's `ORMap`, a key's value is kept per update that is still
+/// live in the key's dot (one per node that updated the key concurrently;
+/// usually just one), and the value shown is the merge of those. Akka keeps
+/// one merged value per key, which makes a removal anomalous: when a key is
+/// removed on one replica while another updates it, whether the removed
+/// replica's old contribution comes back depends on the order of the
+/// merges, so merge is not associative. Here a removal discards exactly the
+/// updates it saw, in any merge order; an update made after seeing a value
+/// still carries that value forward, as in Akka.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(bound(
     serialize = "K: Serialize, V: Serialize",
-    deserialize = "K: Deserialize<'de> + Ord, V: Deserialize<'de>"
+    deserialize = "K: Deserialize<'de> + Ord, V: Deserialize<'de> + ReplicatedData"
 ))]
 pub struct ORMap<K, V> {
-    /// The keys present.
+    /// The keys present, with the dots of the updates that are live.
     keys: ORSet<K>,
-    /// The value of each key in `keys`, and of no other.
+    /// For each key in `keys`, and no other, the values of its live updates.
     #[serde(with = "pairs")]
-    values: BTreeMap<K, V>,
+    values: BTreeMap<K, Slot<V>>,
+}
+
+/// The live updates of one key: the value each node wrote in its update
+/// whose dot is in the key's dot (so at most one per node), and their merge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    from = "SlotRepr<V>",
+    bound(
+        serialize = "V: Serialize",
+        deserialize = "V: Deserialize<'de> + ReplicatedData"
+    )
+)]
+struct Slot<V> {
+    /// The value of each live update, by the node that made it.
+    #[serde(with = "pairs")]
+    by_node: BTreeMap<UniqueAddress, V>,
+    /// The merge of `by_node`, cached when there is more than one.
+    #[serde(skip)]
+    merged: Option<V>,
+}
+
+/// What a [`Slot`] is serialised as: its cache is rebuilt on the way in.
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "V: Deserialize<'de>"))]
+struct SlotRepr<V> {
+    #[serde(with = "pairs")]
+    by_node: BTreeMap<UniqueAddress, V>,
+}
+
+impl<V: ReplicatedData> From<SlotRepr<V>> for Slot<V> {
+    fn from(repr: SlotRepr<V>) -> Self {
+        Slot::new(repr.by_node)
+    }
+}
+
+impl<V> Slot<V> {
+    /// The value shown for the key.
+    fn view(&self) -> Option<&V> {
+        self.merged
+            .as_ref()
+            .or_else(|| self.by_node.values().next())
+    }
+}
+
+impl<V: ReplicatedData> Slot<V> {
+    fn new(by_node: BTreeMap<UniqueAddress, V>) -> Self {
+        let merged = if by_node.len() > 1 {
+            let mut values = by_node.values();
+            values
+                .next()
+                .map(|first| values.fold(first.clone(), |acc, v| acc.merge(v)))
+        } else {
+            None
+        };
+        Slot { by_node, merged }
+    }
+
+    fn single(node: &UniqueAddress, value: V) -> Self {
+        Slot::new(BTreeMap::from([(node.clone(), value)]))
+    }
 }
 
 impl<K, V> Default for ORMap<K, V> {
@@ -38,7 +102,7 @@ impl<K, V> Default for ORMap<K, V> {
     }
 }
 
-impl<K: Ord + Clone, V> ORMap<K, V> {
+impl<K: Ord + Clone, V: ReplicatedData> ORMap<K, V> {
     /// An empty map.
     pub fn new() -> Self {
         ORMap::default()
@@ -46,7 +110,7 @@ impl<K: Ord + Clone, V> ORMap<K, V> {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &K) -> Option<&V> {
-        self.values.get(key)
+        self.values.get(key).and_then(Slot::view)
     }
 
     /// Whether `key` is present.
@@ -55,13 +119,15 @@ impl<K: Ord + Clone, V> ORMap<K, V> {
     }
 
     /// All the entries, in key order.
-    pub fn entries(&self) -> &BTreeMap<K, V> {
-        &self.values
+    pub fn entries(&self) -> BTreeMap<&K, &V> {
+        self.iter().collect()
     }
 
     /// The entries, in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> + '_ {
-        self.values.iter()
+        self.values
+            .iter()
+            .filter_map(|(k, slot)| slot.view().map(|v| (k, v)))
     }
 
     /// The keys, as the OR-set that tracks them.
@@ -86,18 +152,42 @@ impl<K: Ord + Clone, V> ORMap<K, V> {
     /// (increment, add, set, …) so that the change merges with concurrent
     /// ones; replacing the value wholesale loses history (Akka forbids
     /// replacing an `ORSet` value for this reason).
-    pub fn update(&mut self, node: &UniqueAddress, key: K, initial: V, modify: impl FnOnce(&mut V)) {
-        // Re-adding the key gives it a fresh dot, so this update wins over
-        // a concurrent remove elsewhere.
+    pub fn update(
+        &mut self,
+        node: &UniqueAddress,
+        key: K,
+        initial: V,
+        modify: impl FnOnce(&mut V),
+    ) {
+        let mut value = self.get(&key).cloned().unwrap_or(initial);
+        modify(&mut value);
+        // Re-adding the key gives it a fresh dot naming only this update,
+        // which has seen (and carries forward) every update live before it,
+        // and wins over a concurrent remove elsewhere.
         self.keys.add(node, key.clone());
-        modify(self.values.entry(key).or_insert(initial));
+        self.values.insert(key, Slot::single(node, value));
     }
 
     /// Removes `key` as `node` (the local node) and returns its value, if it
     /// was present. A concurrent update elsewhere wins over the removal.
     pub fn remove(&mut self, node: &UniqueAddress, key: &K) -> Option<V> {
         self.keys.remove(node, key);
-        self.values.remove(key)
+        let slot = self.values.remove(key)?;
+        match slot.merged {
+            Some(merged) => Some(merged),
+            None => slot.by_node.into_values().next(),
+        }
+    }
+
+    /// The value of the update `(node, version)` of `key` on this side, if
+    /// it is live here.
+    fn live_value(&self, key: &K, node: &UniqueAddress, version: u64) -> Option<&V> {
+        let dot = self.keys.dot(key)?;
+        if dot.version_at(node) == version {
+            self.values.get(key)?.by_node.get(node)
+        } else {
+            None
+        }
     }
 }
 
@@ -110,50 +200,98 @@ where
         let keys = self.keys.merge(&other.keys);
         let mut values = BTreeMap::new();
         for key in keys.iter() {
-            let value = match (self.values.get(key), other.values.get(key)) {
-                (Some(ours), Some(theirs)) => ours.merge(theirs),
-                (Some(only), None) | (None, Some(only)) => only.clone(),
-                // Only possible in a state that was deserialised broken;
-                // the key stays (it is in the set) but has no value.
-                (None, None) => continue,
-            };
-            values.insert(key.clone(), value);
+            let Some(dot) = keys.dot(key) else { continue };
+            // Each live update's value comes from a side where it is live;
+            // an update has one value, so if both have it they agree (merge
+            // them anyway rather than trust that).
+            let mut by_node = BTreeMap::new();
+            for (node, version) in dot.iter() {
+                let ours = self.live_value(key, node, version);
+                let theirs = other.live_value(key, node, version);
+                let value = match (ours, theirs) {
+                    (Some(x), Some(y)) => x.merge(y),
+                    (Some(only), None) | (None, Some(only)) => only.clone(),
+                    // Only in a state deserialised broken.
+                    (None, None) => continue,
+                };
+                by_node.insert(node.clone(), value);
+            }
+            if !by_node.is_empty() {
+                values.insert(key.clone(), Slot::new(by_node));
+            }
         }
         ORMap { keys, values }
     }
 
     fn modified_by_nodes(&self) -> BTreeSet<UniqueAddress> {
         let mut nodes = self.keys.modified_by_nodes();
-        for value in self.values.values() {
-            nodes.extend(value.modified_by_nodes());
+        for slot in self.values.values() {
+            for value in slot.by_node.values() {
+                nodes.extend(value.modified_by_nodes());
+            }
         }
         nodes
     }
 
     fn need_pruning_from(&self, removed: &UniqueAddress) -> bool {
         self.keys.need_pruning_from(removed)
-            || self.values.values().any(|v| v.need_pruning_from(removed))
+            || self
+                .values
+                .values()
+                .flat_map(|slot| slot.by_node.values())
+                .any(|v| v.need_pruning_from(removed))
     }
 
     fn prune(&mut self, removed: &UniqueAddress, into: &UniqueAddress) {
+        // A key is touched if the removed node is in its dot or in any of
+        // its values. Its live updates are collapsed into one new update by
+        // `into` holding their merge, pruned as a whole: pruning each value
+        // on its own could fold the removed node's share into `into`'s
+        // entry in one value while another value's entry for `into` hides
+        // it at the next merge.
+        let touched: Vec<K> = self
+            .keys
+            .iter()
+            .filter(|k| {
+                self.keys
+                    .dot(k)
+                    .is_some_and(|d| d.need_pruning_from(removed))
+                    || self.values.get(k).is_some_and(|slot| {
+                        slot.by_node.values().any(|v| v.need_pruning_from(removed))
+                    })
+            })
+            .cloned()
+            .collect();
         self.keys.prune(removed, into);
-        for value in self.values.values_mut() {
+        for key in touched {
+            let Some(mut value) = self.get(&key).cloned() else {
+                continue;
+            };
             if value.need_pruning_from(removed) {
                 value.prune(removed, into);
             }
+            // The fresh dot names only `into`, matching the single value.
+            self.keys.add(into, key.clone());
+            self.values.insert(key, Slot::single(into, value));
         }
     }
 
     fn pruning_cleanup(&mut self, removed: &UniqueAddress) {
         self.keys.pruning_cleanup(removed);
-        // Keys whose dot named only the removed node left the key set; keep
-        // the values in step with it (the pruned state brings them back).
+        // Keep the values in step with the key set: the removed node's
+        // updates are gone from the dots, and keys only it had updated are
+        // gone altogether (the pruned state brings them back under `into`).
         let keys = &self.keys;
         self.values.retain(|k, _| keys.contains(k));
-        for value in self.values.values_mut() {
-            if value.need_pruning_from(removed) {
-                value.pruning_cleanup(removed);
+        for slot in self.values.values_mut() {
+            let mut by_node = std::mem::take(&mut slot.by_node);
+            by_node.remove(removed);
+            for value in by_node.values_mut() {
+                if value.need_pruning_from(removed) {
+                    value.pruning_cleanup(removed);
+                }
             }
+            *slot = Slot::new(by_node);
         }
     }
 }
@@ -178,7 +316,7 @@ mod tests {
         assert!(m.contains_key(&"y".to_string()));
         assert_eq!(m.remove(&a, &"y".to_string()).map(|c| c.value()), Some(0));
         assert_eq!(m.remove(&a, &"y".to_string()), None);
-        assert_eq!(m.entries().keys().collect::<Vec<_>>(), vec!["x"]);
+        assert_eq!(m.entries().into_keys().collect::<Vec<_>>(), vec!["x"]);
         assert_eq!(m.key_set().len(), 1);
         assert_eq!(m.iter().count(), 1);
     }
@@ -204,10 +342,36 @@ mod tests {
         x.remove(&a, &1);
         y.update(&b, 1, GCounter::new(), |c| c.increment(&b, 1));
         let m = x.merge(&y);
-        // The key survives, with the merged value (the removal's anomaly:
-        // `a`'s old count is still there).
+        // The key survives with `b`'s value, which had seen `a`'s count.
         assert_eq!(m.get(&1).map(GCounter::value), Some(2));
         assert_eq!(y.merge(&x), m);
+    }
+
+    #[test]
+    fn removal_discards_what_it_saw_in_any_merge_order() {
+        // Akka's ORMap fails this: `b` updates, `a` sees it and removes the
+        // key, `c` updates concurrently; `c`'s update must survive alone,
+        // whichever way round the three states are merged.
+        let (a, b, c) = (node(1), node(2), node(3));
+        let mut xb: ORMap<u8, GCounter> = ORMap::new();
+        xb.update(&b, 1, GCounter::new(), |g| g.increment(&b, 1));
+        let mut xa = ORMap::new().merge(&xb);
+        xa.remove(&a, &1);
+        let mut xc = ORMap::new();
+        xc.update(&c, 1, GCounter::new(), |g| g.increment(&c, 1));
+        let left = xa.merge(&xb).merge(&xc);
+        let right = xa.merge(&xb.merge(&xc));
+        assert_eq!(left, right);
+        assert_eq!(left.get(&1).map(|g| g.count_of(&c)), Some(1));
+        assert_eq!(left.get(&1).map(|g| g.count_of(&b)), Some(0));
+        // While both updates are live the value shown is their merge.
+        let both = xb.merge(&xc);
+        assert_eq!(both.get(&1).map(GCounter::value), Some(2));
+        // The next update carries the merge forward as one value.
+        let mut next = both.clone();
+        next.update(&a, 1, GCounter::new(), |g| g.increment(&a, 1));
+        assert_eq!(next.get(&1).map(GCounter::value), Some(3));
+        assert_eq!(next.merge(&both), next);
     }
 
     #[test]
@@ -260,8 +424,19 @@ mod tests {
         let mut m: ORMap<(u8, u8), PNCounter> = ORMap::new();
         m.update(&a, (1, 2), PNCounter::new(), |c| c.decrement(&a, 3));
         m.update(&a, (3, 4), PNCounter::new(), |c| c.increment(&a, 1));
+        // Two live updates of one key, so that the cached merge is rebuilt.
+        let b = node(2);
+        let mut other = ORMap::new();
+        other.update(&b, (1, 2), PNCounter::new(), |c| c.increment(&b, 10));
+        let m = m.merge(&other);
+        assert_eq!(m.get(&(1, 2)).map(PNCounter::value), Some(7));
         let json = serde_json::to_string(&m).unwrap();
-        assert_eq!(serde_json::from_str::<ORMap<(u8, u8), PNCounter>>(&json).unwrap(), m);
+        let back: ORMap<(u8, u8), PNCounter> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.get(&(1, 2)).map(PNCounter::value), Some(7));
+        let bytes = rmp_serde::to_vec(&m).unwrap();
+        let back: ORMap<(u8, u8), PNCounter> = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, m);
     }
 
     #[derive(Debug, Clone)]
@@ -298,7 +473,7 @@ mod tests {
                 |before, incoming, after| {
                     // The keys follow the key set, values or not.
                     prop_assert_eq!(
-                        after.entries().keys().collect::<Vec<_>>(),
+                        after.entries().into_keys().collect::<Vec<_>>(),
                         after.key_set().iter().collect::<Vec<_>>()
                     );
                     for k in after.key_set().iter() {
@@ -323,13 +498,21 @@ mod tests {
                     }
                 },
                 |before, incoming, after| {
-                    // Keys merge as an OR-set (add wins), and a surviving
-                    // key's count never drops below either side's.
+                    // Keys merge as an OR-set (add wins).
                     prop_assert_eq!(after.key_set(), &before.key_set().merge(incoming.key_set()));
-                    for (k, v) in after.iter() {
-                        for side in [before, incoming] {
-                            if let Some(w) = side.get(k) {
-                                prop_assert!(v.value() >= w.value());
+                    for (x, y) in [(before, incoming), (incoming, before)] {
+                        let seen = y.key_set().version_vector();
+                        for (k, v) in x.iter() {
+                            let dot = x.key_set().dot(k).unwrap();
+                            // An update the other side has not seen survives.
+                            if dot.iter().any(|(n, ver)| seen.version_at(n) < ver) {
+                                prop_assert!(after.contains_key(k));
+                            }
+                            // While a value's updates are all live, it never
+                            // goes down (a seen removal may reset it).
+                            let merged_dot = after.key_set().dot(k);
+                            if dot.iter().all(|(n, ver)| merged_dot.map(|d| d.version_at(n)) == Some(ver)) {
+                                prop_assert!(after.get(k).unwrap().value() >= v.value());
                             }
                         }
                     }
@@ -338,6 +521,69 @@ mod tests {
             )?;
             let [a, b, c] = &replicas;
             check_laws(a, b, c)?;
+        }
+    }
+
+    fn count(m: &mut Counters, n: &UniqueAddress, op: &Op) {
+        match op {
+            Op::Add(k, e) => m.update(n, *k, GCounter::new(), |c| c.increment(n, *e as u64)),
+            Op::Count(k, x) => m.update(n, *k, GCounter::new(), |c| c.increment(n, *x)),
+            Op::Remove(k) => {
+                m.remove(n, k);
+            }
+        }
+    }
+
+    fn add(m: &mut Sets, n: &UniqueAddress, op: &Op) {
+        match op {
+            Op::Add(k, e) => m.update(n, *k, ORSet::new(), |s| s.add(n, *e)),
+            Op::Count(k, _) => m.update(n, *k, ORSet::new(), |s| s.clear(n)),
+            Op::Remove(k) => {
+                m.remove(n, k);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn prune_keeps_the_sets(s in steps(op())) {
+            let [a, b, c] = run::<Sets, Op>(&s, add, |_, _, _| Ok(()))?;
+            let (gone, into) = (node(0), node(1));
+            let mut pruned = b.clone();
+            pruned.prune(&gone, &into);
+            prop_assert!(!pruned.need_pruning_from(&gone));
+            let values = |m: &Sets| {
+                m.iter().map(|(k, v)| (*k, v.elements())).collect::<Vec<_>>()
+            };
+            prop_assert_eq!(values(&pruned), values(&b));
+            let mut cleaned = a.clone();
+            cleaned.pruning_cleanup(&gone);
+            let mut cleaned_c = c.clone();
+            cleaned_c.pruning_cleanup(&gone);
+            prop_assert!(!cleaned.need_pruning_from(&gone));
+            check_laws(&cleaned, &pruned, &cleaned_c)?;
+        }
+
+        #[test]
+        fn prune_keeps_the_entries(s in steps(op())) {
+            let [a, b, c] = run::<Counters, Op>(&s, count, |_, _, _| Ok(()))?;
+            let (gone, into) = (node(0), node(1));
+            let mut pruned = b.clone();
+            pruned.prune(&gone, &into);
+            prop_assert!(!pruned.need_pruning_from(&gone));
+            let values = |m: &Counters| {
+                m.iter().map(|(k, v)| (*k, v.value())).collect::<Vec<_>>()
+            };
+            prop_assert_eq!(values(&pruned), values(&b));
+            let mut cleaned = a.clone();
+            cleaned.pruning_cleanup(&gone);
+            let m = cleaned.merge(&pruned);
+            prop_assert!(!m.need_pruning_from(&gone));
+            prop_assert_eq!(&m, &pruned.merge(&cleaned));
+            // Once the others have cleaned up, merging is a lattice again.
+            let mut cleaned_c = c.clone();
+            cleaned_c.pruning_cleanup(&gone);
+            check_laws(&cleaned, &pruned, &cleaned_c)?;
         }
     }
 }

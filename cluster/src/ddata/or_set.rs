@@ -77,9 +77,10 @@ impl VersionVector {
         self.versions.iter().map(|(node, &v)| (node, v))
     }
 
-    /// Moves `node` to a new, higher version and returns it. Versions come
-    /// from a process-wide counter (see the module source), so they are
-    /// increasing but not consecutive.
+    /// Moves `node` to a new, higher version and returns it. As in Akka,
+    /// versions come from one process-wide counter, so a node's versions
+    /// increase across all the data it changes: they are never reused, but
+    /// they are not consecutive either.
     pub fn increment(&mut self, node: &UniqueAddress) -> u64 {
         let version = next_version(self.version_at(node));
         self.versions.insert(node.clone(), version);
@@ -164,10 +165,7 @@ impl ReplicatedData for VersionVector {
 /// dot, it removed the element since, and the element goes; otherwise the
 /// other replica has not seen the add yet, and the element stays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(bound(
-    serialize = "T: Serialize",
-    deserialize = "T: Deserialize<'de> + Ord"
-))]
+#[serde(bound(serialize = "T: Serialize", deserialize = "T: Deserialize<'de> + Ord"))]
 pub struct ORSet<T> {
     /// Each present element with its dot (the adds that put it there).
     /// Dots are never empty and never above `vvector`.
@@ -488,9 +486,15 @@ mod tests {
         s.add(&node(2), (2u8, String::from("b")));
         s.remove(&node(2), &(1u8, String::from("a")));
         let json = serde_json::to_string(&s).unwrap();
-        assert_eq!(serde_json::from_str::<ORSet<(u8, String)>>(&json).unwrap(), s);
+        assert_eq!(
+            serde_json::from_str::<ORSet<(u8, String)>>(&json).unwrap(),
+            s
+        );
         let bytes = rmp_serde::to_vec(&s).unwrap();
-        assert_eq!(rmp_serde::from_slice::<ORSet<(u8, String)>>(&bytes).unwrap(), s);
+        assert_eq!(
+            rmp_serde::from_slice::<ORSet<(u8, String)>>(&bytes).unwrap(),
+            s
+        );
     }
 
     #[derive(Debug, Clone)]
@@ -544,6 +548,37 @@ mod tests {
             // Replicas that exchange everything agree.
             let all = a.merge(b).merge(c);
             prop_assert_eq!(c.merge(b).merge(a), all);
+        }
+    }
+
+    fn apply(set: &mut ORSet<u8>, n: &UniqueAddress, op: &Op) {
+        match op {
+            Op::Add(e) => set.add(n, *e),
+            Op::Remove(e) => {
+                set.remove(n, e);
+            }
+            Op::Clear => set.clear(n),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn prune_keeps_the_elements(s in steps(op())) {
+            let [a, b, c] = run::<ORSet<u8>, Op>(&s, apply, |_, _, _| Ok(()))?;
+            let (gone, into) = (node(0), node(1));
+            let mut pruned = b.clone();
+            pruned.prune(&gone, &into);
+            prop_assert!(!pruned.need_pruning_from(&gone));
+            prop_assert_eq!(pruned.elements(), b.elements());
+            let mut cleaned = a.clone();
+            cleaned.pruning_cleanup(&gone);
+            let m = cleaned.merge(&pruned);
+            prop_assert!(!m.need_pruning_from(&gone));
+            prop_assert_eq!(&m, &pruned.merge(&cleaned));
+            // Once the others have cleaned up, merging is a lattice again.
+            let mut cleaned_c = c.clone();
+            cleaned_c.pruning_cleanup(&gone);
+            check_laws(&cleaned, &pruned, &cleaned_c)?;
         }
     }
 }

@@ -144,6 +144,8 @@ mod tests {
         c.increment(&node(1), 7);
         c.decrement(&node(2), 9);
         let json = serde_json::to_string(&c).unwrap();
+        let bytes = rmp_serde::to_vec(&c).unwrap();
+        assert_eq!(rmp_serde::from_slice::<PNCounter>(&bytes).unwrap(), c);
         assert_eq!(serde_json::from_str::<PNCounter>(&json).unwrap(), c);
     }
 
@@ -168,6 +170,27 @@ mod tests {
             )?;
             let [a, b, c] = &replicas;
             check_laws(a, b, c)?;
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn prune_keeps_the_value_of_any_run(s in steps(-5..5i64)) {
+            let [a, b, c] = run::<PNCounter, i64>(&s, |c, n, &d| c.change(n, d), |_, _, _| Ok(()))?;
+            let (gone, into) = (node(0), node(1));
+            let mut pruned = b.clone();
+            pruned.prune(&gone, &into);
+            prop_assert!(!pruned.need_pruning_from(&gone));
+            prop_assert_eq!(pruned.value(), b.value());
+            let mut cleaned = a.clone();
+            cleaned.pruning_cleanup(&gone);
+            let m = cleaned.merge(&pruned);
+            prop_assert!(!m.need_pruning_from(&gone));
+            prop_assert_eq!(&m, &pruned.merge(&cleaned));
+            // Once the others have cleaned up, merging is a lattice again.
+            let mut cleaned_c = c.clone();
+            cleaned_c.pruning_cleanup(&gone);
+            check_laws(&cleaned, &pruned, &cleaned_c)?;
         }
     }
 }

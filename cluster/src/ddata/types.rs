@@ -1,0 +1,128 @@
+//! The data types a replicator can carry, by a stable name: how to decode
+//! a replica received from the network or the durable store, how to merge
+//! it, and how to encode it. Built-in types are registered at start;
+//! others with [`Replicator::register_type`](super::Replicator::register_type).
+
+use super::crdt::ReplicatedData;
+use super::{GCounter, LWWRegister, ORSet, PNCounter};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// A replica of some data type, type-erased.
+pub(crate) trait Erased: Send + Sync {
+    /// Merges an encoded replica of the same type into a new value.
+    fn merge_encoded(&self, bytes: &[u8]) -> Result<Box<dyn Erased>, String>;
+    fn encode(&self) -> Vec<u8>;
+    fn as_any(&self) -> &dyn Any;
+    fn type_name(&self) -> &'static str;
+    fn clone_box(&self) -> Box<dyn Erased>;
+}
+
+struct Typed<T> {
+    value: T,
+    name: &'static str,
+}
+
+impl<T: ReplicatedData + Serialize + DeserializeOwned> Erased for Typed<T> {
+    fn merge_encoded(&self, bytes: &[u8]) -> Result<Box<dyn Erased>, String> {
+        let other: T = rmp_serde::from_slice(bytes)
+            .map_err(|e| format!("a `{}` did not decode: {e}", self.name))?;
+        Ok(Box::new(Typed {
+            value: self.value.merge(&other),
+            name: self.name,
+        }))
+    }
+    fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec(&self.value).expect("replicated data encodes")
+    }
+    fn as_any(&self) -> &dyn Any {
+        &self.value
+    }
+    fn type_name(&self) -> &'static str {
+        self.name
+    }
+    fn clone_box(&self) -> Box<dyn Erased> {
+        Box::new(Typed {
+            value: self.value.clone(),
+            name: self.name,
+        })
+    }
+}
+
+/// Wraps a typed value.
+pub(crate) fn erase<T: ReplicatedData + Serialize + DeserializeOwned>(
+    value: T,
+    name: &'static str,
+) -> Box<dyn Erased> {
+    Box::new(Typed { value, name })
+}
+
+type Decode = fn(&[u8], &'static str) -> Result<Box<dyn Erased>, String>;
+
+fn decode<T: ReplicatedData + Serialize + DeserializeOwned>(
+    bytes: &[u8],
+    name: &'static str,
+) -> Result<Box<dyn Erased>, String> {
+    let value: T =
+        rmp_serde::from_slice(bytes).map_err(|e| format!("a `{name}` did not decode: {e}"))?;
+    Ok(erase(value, name))
+}
+
+/// The registered data types.
+#[derive(Default)]
+pub(crate) struct TypeRegistry {
+    by_name: RwLock<HashMap<&'static str, Decode>>,
+    by_type: RwLock<HashMap<TypeId, &'static str>>,
+}
+
+impl TypeRegistry {
+    pub(crate) fn with_builtins() -> Arc<Self> {
+        let r = TypeRegistry::default();
+        r.register::<GCounter>("GCounter");
+        r.register::<PNCounter>("PNCounter");
+        r.register::<ORSet<String>>("ORSet<String>");
+        r.register::<ORSet<u64>>("ORSet<u64>");
+        r.register::<LWWRegister<String>>("LWWRegister<String>");
+        r.register::<LWWRegister<u64>>("LWWRegister<u64>");
+        r.register::<super::ORMap<String, GCounter>>("ORMap<String,GCounter>");
+        r.register::<super::ORMap<String, PNCounter>>("ORMap<String,PNCounter>");
+        r.register::<super::ORMap<String, ORSet<String>>>("ORMap<String,ORSet<String>>");
+        r.register::<super::ORMap<String, LWWRegister<String>>>(
+            "ORMap<String,LWWRegister<String>>",
+        );
+        Arc::new(r)
+    }
+
+    pub(crate) fn register<T: ReplicatedData + Serialize + DeserializeOwned>(
+        &self,
+        name: &'static str,
+    ) {
+        self.by_name
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name, decode::<T>);
+        self.by_type
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(TypeId::of::<T>(), name);
+    }
+
+    pub(crate) fn name_of<T: 'static>(&self) -> Option<&'static str> {
+        self.by_type
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&TypeId::of::<T>())
+            .copied()
+    }
+
+    pub(crate) fn decode(&self, name: &str, bytes: &[u8]) -> Result<Box<dyn Erased>, String> {
+        let map = self.by_name.read().unwrap_or_else(|e| e.into_inner());
+        let (name, d) = map
+            .get_key_value(name)
+            .ok_or_else(|| format!("data type `{name}` is not registered on this node"))?;
+        d(bytes, name)
+    }
+}

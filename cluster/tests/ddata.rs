@@ -1,0 +1,339 @@
+//! Distributed data across several actor systems in one process: majority
+//! writes and reads, concurrent updates on both sides of a partition merged
+//! after healing, subscriptions, deletion, and durable keys that survive a
+//! restart of every node (real redb files in a temporary directory).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use troupe_cluster::ddata::{
+    DataError, GCounter, Key, ORSet, ReadConsistency, Replicator, ReplicatorSettings,
+    WriteConsistency,
+};
+use troupe_cluster::{Cluster, ClusterSettings, MemberStatus};
+use troupe_core::prelude::*;
+use troupe_core::remote::{Address, Direction, RemoteSettings};
+use troupe_core::rt;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+const MAJORITY_W: WriteConsistency = WriteConsistency::Majority {
+    timeout: Duration::from_secs(3),
+};
+const MAJORITY_R: ReadConsistency = ReadConsistency::Majority {
+    timeout: Duration::from_secs(3),
+};
+
+struct Node {
+    system: ActorSystem,
+    cluster: Cluster,
+    replicator: Replicator,
+}
+
+fn cluster_settings(seeds: &[Address]) -> ClusterSettings {
+    let mut s = ClusterSettings {
+        seed_nodes: seeds.to_vec(),
+        gossip_interval: Duration::from_millis(300),
+        leader_actions_interval: Duration::from_millis(200),
+        heartbeat_interval: Duration::from_millis(200),
+        seed_node_timeout: Duration::from_millis(1500),
+        ..ClusterSettings::default()
+    };
+    // Partitions in these tests must not down anyone.
+    s.downing.strategy = troupe_cluster::DowningStrategy::None;
+    s
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "troupe-ddata-{}-{tag}-{}",
+        std::process::id(),
+        fastrand_u64()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn fastrand_u64() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+fn start_nodes(n: usize, stores: Option<&[PathBuf]>) -> Vec<Node> {
+    let systems: Vec<ActorSystem> = (0..n)
+        .map(|_| {
+            ActorSystem::builder("ddata")
+                .remote(
+                    RemoteSettings::new("127.0.0.1:0")
+                        .with_secret("ddata-test")
+                        .with_fault_injection(),
+                )
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let seeds = vec![systems[0].remoting().unwrap().address().clone()];
+    systems
+        .into_iter()
+        .enumerate()
+        .map(|(i, system)| {
+            let cluster = Cluster::start(&system, cluster_settings(&seeds)).unwrap();
+            let mut settings = ReplicatorSettings {
+                gossip_interval: Duration::from_millis(200),
+                ..ReplicatorSettings::default()
+            };
+            if let Some(stores) = stores {
+                settings.durable_keys = vec!["durable-*".into()];
+                settings.durable_store = stores[i].join("replicator.redb");
+            }
+            let replicator = Replicator::start(&system, &cluster, settings).unwrap();
+            Node {
+                system,
+                cluster,
+                replicator,
+            }
+        })
+        .collect()
+}
+
+async fn all_up(nodes: &[Node]) {
+    let start = Instant::now();
+    'outer: loop {
+        assert!(start.elapsed() < DEADLINE, "cluster did not form");
+        for n in nodes {
+            let s = n.cluster.state().await.unwrap();
+            let replicas = n.replicator.replica_count().await.unwrap();
+            if s.members.len() != nodes.len()
+                || s.members.iter().any(|m| m.status != MemberStatus::Up)
+                || replicas != nodes.len() - 1
+            {
+                rt::sleep(Duration::from_millis(50)).await;
+                continue 'outer;
+            }
+        }
+        return;
+    }
+}
+
+async fn shutdown(nodes: Vec<Node>) {
+    for n in nodes {
+        n.system.shutdown().await;
+    }
+}
+
+#[test]
+fn a_majority_write_is_seen_by_a_majority_read_elsewhere() {
+    rt::block_on(async {
+        let nodes = start_nodes(3, None);
+        all_up(&nodes).await;
+        let key = Key::<GCounter>::new("hits");
+        let me = nodes[0].cluster.self_node().clone();
+        nodes[0]
+            .replicator
+            .update(&key, GCounter::new(), MAJORITY_W, move |mut c| {
+                c.increment(&me, 5);
+                c
+            })
+            .await
+            .unwrap();
+        let got = nodes[2]
+            .replicator
+            .get(&key, MAJORITY_R)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.value(), 5);
+        // Unknown keys read as None; a deleted key is an error.
+        assert!(nodes[1]
+            .replicator
+            .get(&Key::<GCounter>::new("nothing"), MAJORITY_R)
+            .await
+            .unwrap()
+            .is_none());
+        nodes[1].replicator.delete(&key, MAJORITY_W).await.unwrap();
+        let e = nodes[0]
+            .replicator
+            .get(&key, ReadConsistency::Local)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, DataError::Deleted(_)), "{e:?}");
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
+fn concurrent_updates_on_both_sides_of_a_partition_merge_after_healing() {
+    rt::block_on(async {
+        let nodes = start_nodes(3, None);
+        all_up(&nodes).await;
+        let key = Key::<ORSet<String>>::new("tags");
+        let cut = nodes[2].cluster.self_address().clone();
+        for n in &nodes[..2] {
+            n.system
+                .remoting()
+                .unwrap()
+                .fault_injector()
+                .unwrap()
+                .blackhole(&cut, Direction::Both);
+        }
+        add(&nodes[0], &key, "a").await.unwrap();
+        add(&nodes[2], &key, "c").await.unwrap();
+        // A majority write on the cut-off side cannot reach its consistency...
+        let me = nodes[2].cluster.self_node().clone();
+        let e = nodes[2]
+            .replicator
+            .update(
+                &key,
+                ORSet::new(),
+                WriteConsistency::Majority {
+                    timeout: Duration::from_millis(500),
+                },
+                move |mut s| {
+                    s.add(&me, "d".to_string());
+                    s
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(e, DataError::Timeout(_)), "{e:?}");
+        for n in &nodes[..2] {
+            n.system
+                .remoting()
+                .unwrap()
+                .fault_injector()
+                .unwrap()
+                .pass_through(&cut);
+        }
+        // ...but everything merges once the partition heals.
+        let start = Instant::now();
+        loop {
+            let mut done = true;
+            for n in &nodes {
+                let v = n
+                    .replicator
+                    .get(&key, ReadConsistency::Local)
+                    .await
+                    .unwrap();
+                let elems = v.map(|s| s.elements()).unwrap_or_default();
+                if elems.len() != 3 {
+                    done = false;
+                }
+            }
+            if done {
+                break;
+            }
+            assert!(start.elapsed() < DEADLINE, "replicas did not converge");
+            rt::sleep(Duration::from_millis(50)).await;
+        }
+        shutdown(nodes).await;
+    });
+}
+
+async fn add(node: &Node, key: &Key<ORSet<String>>, tag: &'static str) -> Result<(), DataError> {
+    let me = node.cluster.self_node().clone();
+    node.replicator
+        .update(key, ORSet::new(), WriteConsistency::Local, move |mut s| {
+            s.add(&me, tag.to_string());
+            s
+        })
+        .await
+}
+
+#[test]
+fn subscribers_see_changes() {
+    rt::block_on(async {
+        let nodes = start_nodes(2, None);
+        all_up(&nodes).await;
+        let key = Key::<GCounter>::new("watched");
+        let changes = nodes[1].replicator.subscribe(&key).await;
+        let me = nodes[0].cluster.self_node().clone();
+        nodes[0]
+            .replicator
+            .update(&key, GCounter::new(), MAJORITY_W, move |mut c| {
+                c.increment(&me, 2);
+                c
+            })
+            .await
+            .unwrap();
+        let v = rt::timeout(DEADLINE, changes.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(v.value(), 2);
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
+fn durable_keys_survive_a_restart_of_every_node() {
+    rt::block_on(async {
+        let stores: Vec<PathBuf> = (0..3).map(|i| temp_dir(&format!("n{i}"))).collect();
+        let nodes = start_nodes(3, Some(&stores));
+        all_up(&nodes).await;
+        let durable = Key::<ORSet<String>>::new("durable-orders");
+        let volatile = Key::<ORSet<String>>::new("volatile-orders");
+        for key in [&durable, &volatile] {
+            let me = nodes[0].cluster.self_node().clone();
+            nodes[0]
+                .replicator
+                .update(
+                    key,
+                    ORSet::new(),
+                    WriteConsistency::All {
+                        timeout: Duration::from_secs(3),
+                    },
+                    move |mut s| {
+                        s.add(&me, "order-1".to_string());
+                        s
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        shutdown(nodes).await;
+        // Every node restarts (new ports, new incarnations), same files.
+        let nodes = start_nodes(3, Some(&stores));
+        for n in &nodes {
+            let v = n
+                .replicator
+                .get(&durable, ReadConsistency::Local)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(v.contains(&"order-1".to_string()));
+            assert!(n
+                .replicator
+                .get(&volatile, ReadConsistency::Local)
+                .await
+                .unwrap()
+                .is_none());
+        }
+        shutdown(nodes).await;
+        for d in stores {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    });
+}
+
+#[test]
+fn a_corrupt_store_is_a_clear_error_naming_the_file() {
+    rt::block_on(async {
+        let dir = temp_dir("corrupt");
+        let file = dir.join("replicator.redb");
+        std::fs::write(&file, b"this is not a redb file, it is garbage").unwrap();
+        let system = ActorSystem::builder("ddata")
+            .remote(RemoteSettings::new("127.0.0.1:0").with_secret("ddata-test"))
+            .build()
+            .unwrap();
+        let cluster = Cluster::start(&system, ClusterSettings::default()).unwrap();
+        let settings = ReplicatorSettings {
+            durable_keys: vec!["x".into()],
+            durable_store: file.clone(),
+            ..ReplicatorSettings::default()
+        };
+        let e = Replicator::start(&system, &cluster, settings).unwrap_err();
+        assert!(e.to_string().contains(&file.display().to_string()), "{e}");
+        system.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir);
+    });
+}
