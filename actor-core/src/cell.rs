@@ -24,11 +24,14 @@ use crate::watch::{StopReason, Terminated};
 use event_listener::Event;
 use futures_lite::FutureExt;
 use std::any::Any;
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 /// An activation is running or about to run.
@@ -221,8 +224,24 @@ pub(crate) struct ActorCell<A: Actor> {
     pub(crate) core: CellCore,
     mailbox: Mailbox<A>,
     pub(crate) bounded: Option<Box<Bounded>>,
-    run: Mutex<Option<RunState<A>>>,
+    /// The actor's state. Owned by whoever holds the `SCHEDULED` bit: the
+    /// spawning thread until it schedules the first activation, then the
+    /// running activation; nobody while the actor is idle. `None` once
+    /// terminated (dropping it breaks the cycle through `Context::myself`).
+    run: UnsafeCell<Option<RunState<A>>>,
 }
+
+// SAFETY: every field but `run` is `Sync`. `run` is only read or written by
+// the owner of the `SCHEDULED` status bit (see the field's comment): `spawn`
+// writes it before any activation exists (the cell is created with
+// `SCHEDULED` set, so `try_claim` fails until the first activation clears
+// it), and an activation touches it only between claiming the bit (the
+// SeqCst compare-and-swap in `try_claim`, or inheriting it from `spawn`) and
+// clearing it (the SeqCst `fetch_and` in `Activation::park`). The bit admits
+// one owner at a time, and the SeqCst (acquire + release) operations on it
+// order one owner's accesses before the next owner's. `RunState<A>` is
+// `Send`, so handing it between threads this way is sound.
+unsafe impl<A: Actor> Sync for ActorCell<A> {}
 
 /// What the actor is doing, as far as the runtime is concerned.
 enum Phase {
@@ -269,6 +288,131 @@ enum Step {
     Idle,
     Yield,
     Done,
+}
+
+/// How the fast path of an activation ended.
+enum Fast<A: Actor> {
+    /// The mailbox is empty.
+    Idle,
+    /// `throughput` messages were handled: let other tasks run.
+    Yield,
+    /// Something needs the general path, possibly with a pending future.
+    Slow(Option<Resume<A>>),
+}
+
+/// A boxed `started` hook future borrowing the actor and its context.
+type HookFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+#[derive(Clone, Copy)]
+enum ResumeKind {
+    Started,
+    Handler,
+}
+
+/// A hook or handler future that the fast path found pending, handed to
+/// the general path. It borrows the run state inside the cell, so it keeps
+/// the cell alive and is dropped before its `Arc`.
+struct Resume<A: Actor> {
+    /// Declared first: fields drop in order, so the future goes before the
+    /// cell it borrows from.
+    fut: Pin<Box<dyn Future<Output = ()> + Send + 'static>>,
+    kind: ResumeKind,
+    _cell: Arc<ActorCell<A>>,
+}
+
+impl<A: Actor> Resume<A> {
+    /// # Safety
+    /// `fut` may borrow only the run state of `cell` (the actor and its
+    /// context), and the caller must own that state (hold `SCHEDULED`) and
+    /// hand its ownership to whoever polls the `Resume`, who must not touch
+    /// the run state until the `Resume` is dropped. Then the erased lifetime
+    /// is sound: the run state lives inside the cell's allocation, which
+    /// does not move and which `_cell` keeps alive until after `fut` is
+    /// dropped, and nothing else reads or writes it meanwhile.
+    unsafe fn new<'a>(
+        cell: &Arc<ActorCell<A>>,
+        fut: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+        kind: ResumeKind,
+    ) -> Self {
+        // SAFETY: only the lifetime changes; see the function's contract.
+        let fut = unsafe {
+            std::mem::transmute::<
+                Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+                Pin<Box<dyn Future<Output = ()> + Send + 'static>>,
+            >(fut)
+        };
+        Resume {
+            fut,
+            kind,
+            _cell: cell.clone(),
+        }
+    }
+}
+
+/// The task of one activation: just the cell while messages are handled on
+/// the fast path (so spawning it moves a few bytes, not a large future),
+/// and the boxed general path once something had to wait.
+struct Activation<A: Actor> {
+    /// Declared first, so dropped before `cell` (it may hold a `Resume`).
+    slow: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    cell: Arc<ActorCell<A>>,
+}
+
+impl<A: Actor> Activation<A> {
+    /// An activation that owns the cell's run state (the caller claimed
+    /// `SCHEDULED` for it).
+    fn new(cell: Arc<ActorCell<A>>) -> Self {
+        Activation { slow: None, cell }
+    }
+}
+
+impl<A: Actor> Future for Activation<A> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            if let Some(slow) = this.slow.as_mut() {
+                return slow.as_mut().poll(cx);
+            }
+            let cell = &this.cell;
+            // SAFETY: this activation owns the run state (it was claimed
+            // for it, or re-claimed by `park` below); the reference is not
+            // used after `park` gives the state up or once the general path
+            // has been handed the state.
+            let outcome = match unsafe { cell.state() }.as_mut() {
+                Some(st) => cell.fast(st, cx),
+                None => Fast::Slow(None),
+            };
+            match outcome {
+                Fast::Idle => {
+                    if !cell.park() {
+                        return Poll::Ready(());
+                    }
+                }
+                Fast::Yield => {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Fast::Slow(resume) => {
+                    this.slow = Some(Box::pin(cell.clone().run_slow(resume)));
+                }
+            }
+        }
+    }
+}
+
+/// Polls a hook or handler future once, turning a panic into its message
+/// (as `guarded` does).
+fn poll_guarded(
+    fut: Pin<&mut (dyn Future<Output = ()> + Send + '_)>,
+    cx: &mut TaskContext<'_>,
+) -> Poll<Result<(), String>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+        Ok(Poll::Ready(())) => Poll::Ready(Ok(())),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(p) => Poll::Ready(Err(panic_message(&*p))),
+    }
 }
 
 /// Runs a hook or handler future, turning a panic into its message.
@@ -372,7 +516,7 @@ impl<A: Actor> ActorCell<A> {
             },
             mailbox: Mailbox::new(),
             bounded,
-            run: Mutex::new(None),
+            run: UnsafeCell::new(None),
         });
         let me = ActorRef::from_cell(cell.clone());
         if let Some(p) = parent {
@@ -383,7 +527,9 @@ impl<A: Actor> ActorCell<A> {
                 return Err(e);
             }
         }
-        *lock(&cell.run) = Some(RunState {
+        // SAFETY: the cell was created with `SCHEDULED` set and no
+        // activation exists yet, so this thread owns the run state.
+        *unsafe { &mut *cell.run.get() } = Some(RunState {
             actor: Some(actor),
             ctx: Context::new(me.clone()),
             batch: Batch::empty(),
@@ -392,7 +538,7 @@ impl<A: Actor> ActorCell<A> {
             strategy,
             held: Vec::new(),
         });
-        rt::spawn(cell.clone().run());
+        rt::spawn_detached(Activation::new(cell.clone()));
         Ok(me)
     }
 
@@ -411,7 +557,7 @@ impl<A: Actor> ActorCell<A> {
     /// (and not asked to stop) or it has terminated.
     pub(crate) fn schedule(self: &Arc<Self>) {
         if self.try_claim() {
-            rt::spawn(self.clone().run());
+            rt::spawn_detached(Activation::new(self.clone()));
         }
     }
 
@@ -450,28 +596,173 @@ impl<A: Actor> ActorCell<A> {
         s & SUSPENDED == 0 && !self.mailbox.is_empty()
     }
 
-    /// One activation.
-    async fn run(self: Arc<Self>) {
-        let Some(mut st) = lock(&self.run).take() else {
-            tracing::error!(actor = %self.core.path(), "bug: activation found no actor state");
-            return;
-        };
-        loop {
-            match self.step(&mut st).await {
-                Step::Yield => rt::yield_now().await,
-                Step::Done => return,
-                Step::Idle => {
-                    *lock(&self.run) = Some(st);
-                    self.core.status.fetch_and(!SCHEDULED, Ordering::SeqCst);
-                    if !self.wants_run() || !self.try_claim() {
+    /// The run state, for the owner of the `SCHEDULED` bit.
+    ///
+    /// # Safety
+    /// The caller must own the run state (hold `SCHEDULED`, see the `run`
+    /// field), and no other reference obtained from this call may be alive
+    /// while the returned one is used.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn state(&self) -> &mut Option<RunState<A>> {
+        // SAFETY: exclusive access by the caller's contract.
+        unsafe { &mut *self.run.get() }
+    }
+
+    /// Ends an activation that found the mailbox empty: gives up the run
+    /// state, then takes it back if a letter (or stop request) arrived in
+    /// the meantime. True when the activation must go on.
+    fn park(&self) -> bool {
+        self.core.status.fetch_and(!SCHEDULED, Ordering::SeqCst);
+        self.wants_run() && self.try_claim()
+    }
+
+    /// The general (async) path of an activation, for everything but
+    /// messages whose handler completes at once: lifecycle phases, handlers
+    /// and hooks that wait. `resume` is a handler or `started` future that
+    /// the fast path found pending.
+    async fn run_slow(self: Arc<Self>, resume: Option<Resume<A>>) {
+        if let Some(mut r) = resume {
+            match r.kind {
+                ResumeKind::Started => {
+                    let result = guarded(r.fut.as_mut()).await;
+                    // Dropped before the run state is borrowed again.
+                    drop(r);
+                    // SAFETY: this activation owns the run state; the
+                    // future that borrowed it is gone.
+                    let Some(st) = (unsafe { self.state() }).as_mut() else {
                         return;
-                    }
-                    st = match lock(&self.run).take() {
-                        Some(s) => s,
-                        None => return,
                     };
+                    if let Err(p) = result {
+                        self.fail(st, format!("panic in `started`: {p}"));
+                    }
+                }
+                ResumeKind::Handler => {
+                    let handler = async {
+                        r.fut.as_mut().await;
+                        true
+                    }
+                    .or(async {
+                        self.core.until_stop_requested().await;
+                        false
+                    });
+                    let result = guarded(handler).await;
+                    drop(r);
+                    // SAFETY: as above.
+                    let Some(st) = (unsafe { self.state() }).as_mut() else {
+                        return;
+                    };
+                    self.after_handler(st, result);
                 }
             }
+        }
+        loop {
+            // SAFETY: this activation owns the run state (it claimed
+            // `SCHEDULED`, or was handed it by the fast path); the reference
+            // is not used after `park` gives the state up.
+            let Some(st) = (unsafe { self.state() }).as_mut() else {
+                tracing::error!(actor = %self.core.path(), "bug: activation found no actor state");
+                return;
+            };
+            match self.step(st).await {
+                Step::Yield => rt::yield_now().await,
+                Step::Done => {
+                    // SAFETY: as above; terminated, so no activation will
+                    // ever claim the state again.
+                    *unsafe { self.state() } = None;
+                    return;
+                }
+                Step::Idle => {
+                    if !self.park() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The fast path of an activation: handles messages while the actor is
+    /// running normally and every handler completes on its first poll.
+    fn fast(self: &Arc<Self>, st: &mut RunState<A>, cx: &mut TaskContext<'_>) -> Fast<A> {
+        let throughput = self.core.system.settings.throughput;
+        let mut handled = 0usize;
+        loop {
+            match st.phase {
+                Phase::Start => {
+                    st.phase = Phase::Run;
+                    let actor = st.actor.as_mut().expect("instance present at start");
+                    let mut fut: HookFuture<'_> = Box::pin(actor.started(&mut st.ctx));
+                    match poll_guarded(fut.as_mut(), cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(p)) => {
+                            drop(fut);
+                            self.fail(st, format!("panic in `started`: {p}"));
+                        }
+                        // SAFETY: see `Resume::new`.
+                        Poll::Pending => {
+                            return Fast::Slow(Some(unsafe {
+                                Resume::new(self, fut, ResumeKind::Started)
+                            }))
+                        }
+                    }
+                    continue;
+                }
+                // A stop request, like every other phase, takes the
+                // general path.
+                Phase::Run if self.core.status.load(Ordering::Relaxed) & STOP_REQUESTED == 0 => {}
+                _ => return Fast::Slow(None),
+            }
+            if handled >= throughput {
+                return Fast::Yield;
+            }
+            let letter = match st.batch.pop() {
+                Some(l) => l,
+                None => {
+                    st.batch = self.mailbox.take_all();
+                    match st.batch.pop() {
+                        Some(l) => l,
+                        None => return Fast::Idle,
+                    }
+                }
+            };
+            handled += 1;
+            match letter.open() {
+                Opened::System(msg) => self.handle_system(st, msg),
+                Opened::User(user) => {
+                    if let Some(b) = &self.bounded {
+                        b.release();
+                    }
+                    // The phase is `Run` (checked above).
+                    let actor = st.actor.as_mut().expect("instance present while running");
+                    let mut handler = user.deliver(actor, &mut st.ctx);
+                    let result = match poll_guarded(handler.as_mut(), cx) {
+                        Poll::Ready(r) => r.map(|()| true),
+                        // SAFETY: see `Resume::new`.
+                        Poll::Pending => {
+                            return Fast::Slow(Some(unsafe {
+                                Resume::new(self, handler, ResumeKind::Handler)
+                            }))
+                        }
+                    };
+                    drop(handler);
+                    self.after_handler(st, result);
+                }
+            }
+        }
+    }
+
+    /// What follows a handler: unstash if asked, apply the strategy to a
+    /// panic.
+    fn after_handler(self: &Arc<Self>, st: &mut RunState<A>, result: Result<bool, String>) {
+        if result == Ok(false) {
+            tracing::debug!(actor = %self.core.path(), "handler cancelled by stop");
+        }
+        if st.ctx.take_unstash_request() {
+            for letter in st.ctx.drain_stash().into_iter().rev() {
+                st.batch.push_front(letter);
+            }
+        }
+        if let Err(p) = result {
+            self.fail(st, p);
         }
     }
 
@@ -646,17 +937,7 @@ impl<A: Actor> ActorCell<A> {
                         false
                     });
                     let result = guarded(handler).await;
-                    if result == Ok(false) {
-                        tracing::debug!(actor = %self.core.path(), "handler cancelled by stop");
-                    }
-                    if st.ctx.take_unstash_request() {
-                        for letter in st.ctx.drain_stash().into_iter().rev() {
-                            st.batch.push_front(letter);
-                        }
-                    }
-                    if let Err(p) = result {
-                        self.fail(st, p);
-                    }
+                    self.after_handler(st, result);
                 }
             }
         }
@@ -815,7 +1096,7 @@ impl<A: Actor> ActorCell<A> {
             },
             mailbox: Mailbox::new(),
             bounded: None,
-            run: Mutex::new(None),
+            run: UnsafeCell::new(None),
         });
         drop(cell.mailbox.close());
         ActorRef::from_cell(cell)
