@@ -494,6 +494,12 @@ impl AnyActorRef {
         }
     }
 
+    pub(crate) fn from_local(c: Arc<dyn AnyCell>) -> Self {
+        AnyActorRef {
+            target: AnyTarget::Local(c),
+        }
+    }
+
     pub(crate) fn from_remote(r: Arc<RemoteTarget>) -> Self {
         AnyActorRef {
             target: AnyTarget::Remote(r),

@@ -52,7 +52,9 @@ pub(crate) const FAILED: u32 = 16;
 pub(crate) struct CellCore {
     pub(crate) uid: u64,
     pub(crate) name: Arc<str>,
-    pub(crate) parent: Option<AnyActorRef>,
+    /// Parents are always local: a plain cell pointer (16 bytes, where an
+    /// `AnyActorRef` is 24).
+    pub(crate) parent: Option<Arc<dyn AnyCell>>,
     pub(crate) status: AtomicU32,
     children: Mutex<Children>,
     terminated: Event,
@@ -250,7 +252,7 @@ enum Phase {
     /// Handle messages.
     Run,
     /// Run `stopping`, stop the children, then terminate.
-    Stopping(StopReason),
+    Stopping(Box<StopReason>),
     /// Run `stopped` on the failed instance and stop the children, then
     /// re-create after `delay`.
     Restarting(Duration),
@@ -261,14 +263,14 @@ enum Phase {
     /// Create a fresh instance from the factory.
     Recreate,
     /// Run `stopped`, close the mailbox, tell watchers and the parent.
-    Finalize(StopReason),
+    Finalize(Box<StopReason>),
     /// Terminated.
     Done,
 }
 
 enum After {
     Restart(Duration),
-    Terminate(StopReason),
+    Terminate(Box<StopReason>),
 }
 
 /// The actor's state while it is parked or running.
@@ -277,11 +279,51 @@ struct RunState<A: Actor> {
     ctx: Context<A>,
     batch: Batch<A>,
     phase: Phase,
+    /// What most actors never need, boxed so that an idle actor pays one
+    /// pointer for it.
+    rare: Option<Box<Rare<A>>>,
+}
+
+/// The rarely used part of an actor's state.
+struct Rare<A: Actor> {
     factory: Option<Factory<A>>,
     /// `None` is the default strategy (restart, no limit, no backoff).
-    strategy: Option<Box<SupervisorStrategy>>,
+    strategy: Option<SupervisorStrategy>,
     /// User letters set aside while children stop for a restart.
     held: Vec<Box<dyn Letter<A>>>,
+}
+
+impl<A: Actor> RunState<A> {
+    fn factory(&mut self) -> Option<&mut Factory<A>> {
+        self.rare.as_mut().and_then(|r| r.factory.as_mut())
+    }
+
+    fn strategy(&self) -> SupervisorStrategy {
+        self.rare
+            .as_ref()
+            .and_then(|r| r.strategy.clone())
+            .unwrap_or_default()
+    }
+
+    fn hold(&mut self, letter: Box<dyn Letter<A>>) {
+        self.rare
+            .get_or_insert_with(|| {
+                Box::new(Rare {
+                    factory: None,
+                    strategy: None,
+                    held: Vec::new(),
+                })
+            })
+            .held
+            .push(letter);
+    }
+
+    fn take_held(&mut self) -> Vec<Box<dyn Letter<A>>> {
+        self.rare
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.held))
+            .unwrap_or_default()
+    }
 }
 
 enum Step {
@@ -494,8 +536,15 @@ impl<A: Actor> ActorCell<A> {
         let strategy = if props.strategy == SupervisorStrategy::default() {
             None
         } else {
-            Some(Box::new(props.strategy))
+            Some(props.strategy)
         };
+        let rare = (factory.is_some() || strategy.is_some()).then(|| {
+            Box::new(Rare {
+                factory,
+                strategy,
+                held: Vec::new(),
+            })
+        });
         let bounded = match props.mailbox {
             MailboxConfig::Unbounded => None,
             MailboxConfig::Bounded { capacity } => Some(Box::new(Bounded {
@@ -508,7 +557,7 @@ impl<A: Actor> ActorCell<A> {
             core: CellCore {
                 uid: system.next_uid(),
                 name: name.clone(),
-                parent: parent.cloned(),
+                parent: parent.map(|p| p.local().expect("a parent is a local actor").clone()),
                 status: AtomicU32::new(SCHEDULED),
                 children: Mutex::new(Children::default()),
                 terminated: Event::new(),
@@ -534,9 +583,7 @@ impl<A: Actor> ActorCell<A> {
             ctx: Context::new(me.clone()),
             batch: Batch::empty(),
             phase: Phase::Start,
-            factory,
-            strategy,
-            held: Vec::new(),
+            rare,
         });
         rt::spawn_detached(Activation::new(cell.clone()));
         Ok(me)
@@ -781,12 +828,13 @@ impl<A: Actor> ActorCell<A> {
                     .fetch_and(!(STOP_REQUESTED | SUSPENDED), Ordering::SeqCst);
                 match st.phase {
                     Phase::Run | Phase::Backoff | Phase::Recreate => {
-                        st.phase = Phase::Stopping(StopReason::Stopped);
+                        st.phase = Phase::Stopping(Box::new(StopReason::Stopped));
                     }
                     Phase::Restarting(_) | Phase::AwaitChildren(After::Restart(_)) => {
                         // Children are already being stopped; end there.
                         st.actor = None;
-                        st.phase = Phase::AwaitChildren(After::Terminate(StopReason::Stopped));
+                        st.phase =
+                            Phase::AwaitChildren(After::Terminate(Box::new(StopReason::Stopped)));
                         self.core.close_children();
                     }
                     _ => {}
@@ -857,16 +905,16 @@ impl<A: Actor> ActorCell<A> {
                     continue;
                 }
                 Phase::Recreate => {
-                    let Some(factory) = st.factory.as_mut() else {
-                        st.phase = Phase::Stopping(StopReason::Failed(
+                    let Some(factory) = st.factory() else {
+                        st.phase = Phase::Stopping(Box::new(StopReason::Failed(
                             "no factory to restart from".into(),
-                        ));
+                        )));
                         continue;
                     };
                     match std::panic::catch_unwind(AssertUnwindSafe(factory)) {
                         Ok(fresh) => {
                             st.actor = Some(fresh);
-                            for letter in st.held.drain(..).rev() {
+                            for letter in st.take_held().into_iter().rev() {
                                 st.batch.push_front(letter);
                             }
                             st.phase = Phase::Start;
@@ -883,7 +931,7 @@ impl<A: Actor> ActorCell<A> {
                     continue;
                 }
                 Phase::Finalize(reason) => {
-                    self.finalize(st, reason).await;
+                    self.finalize(st, *reason).await;
                     return Step::Done;
                 }
                 Phase::Done => {
@@ -916,7 +964,7 @@ impl<A: Actor> ActorCell<A> {
                     match st.phase {
                         Phase::Run => {}
                         Phase::AwaitChildren(After::Restart(_)) => {
-                            st.held.push(user);
+                            st.hold(user);
                             continue;
                         }
                         _ => {
@@ -950,7 +998,7 @@ impl<A: Actor> ActorCell<A> {
             | SystemMessage::ResumeAfterBackoff => {}
             SystemMessage::PoisonPill => {
                 if matches!(st.phase, Phase::Run) {
-                    st.phase = Phase::Stopping(StopReason::Stopped);
+                    st.phase = Phase::Stopping(Box::new(StopReason::Stopped));
                 }
             }
             SystemMessage::Watch { watcher, notify } => st.ctx.add_watcher(watcher, notify),
@@ -967,7 +1015,7 @@ impl<A: Actor> ActorCell<A> {
     fn fail(self: &Arc<Self>, st: &mut RunState<A>, why: String) {
         let path = self.core.path();
         // Cloned: failures are rare, and the strategy must not borrow `st`.
-        let strategy = st.strategy.as_deref().cloned().unwrap_or_default();
+        let strategy = st.strategy();
         match &strategy {
             SupervisorStrategy::Resume => {
                 tracing::warn!(actor = %path, "actor failed, resuming: {why}");
@@ -975,27 +1023,27 @@ impl<A: Actor> ActorCell<A> {
             }
             SupervisorStrategy::Stop => {
                 tracing::error!(actor = %path, "actor failed, stopping: {why}");
-                st.phase = Phase::Stopping(StopReason::Failed(why));
+                st.phase = Phase::Stopping(Box::new(StopReason::Failed(why)));
             }
             SupervisorStrategy::Escalate => {
                 tracing::error!(actor = %path, "actor failed, escalating to its parent: {why}");
                 if let Some(parent) = &self.core.parent {
-                    let _ = parent.send_system(SystemMessage::ChildFailed {
+                    let _ = parent.clone().send_system(SystemMessage::ChildFailed {
                         child: ActorRef::from_cell(self.clone()).to_any(),
                         reason: why.clone(),
                     });
                 }
-                st.phase = Phase::Stopping(StopReason::Failed(why));
+                st.phase = Phase::Stopping(Box::new(StopReason::Failed(why)));
             }
             SupervisorStrategy::Restart(policy) => {
-                if st.factory.is_none() {
+                if st.factory().is_none() {
                     tracing::warn!(
                         actor = %path,
                         "actor failed and its strategy is restart, but it was spawned from a value and \
                          cannot be re-created (spawn it with `Props::from_factory` to allow restarts); \
                          stopping: {why}"
                     );
-                    st.phase = Phase::Stopping(StopReason::Failed(why));
+                    st.phase = Phase::Stopping(Box::new(StopReason::Failed(why)));
                     return;
                 }
                 match st.ctx.restart_stats().decide(policy, Instant::now()) {
@@ -1005,7 +1053,7 @@ impl<A: Actor> ActorCell<A> {
                             policy.within
                         );
                         tracing::error!(actor = %path, "actor failed too often, stopping: {why}");
-                        st.phase = Phase::Stopping(StopReason::Failed(why));
+                        st.phase = Phase::Stopping(Box::new(StopReason::Failed(why)));
                     }
                     RestartDecision::RestartAfter(delay) => {
                         tracing::warn!(actor = %path, "actor failed, restarting in {delay:?}: {why}");
@@ -1040,7 +1088,7 @@ impl<A: Actor> ActorCell<A> {
         for (_, notify) in st.ctx.take_watchers() {
             notify(terminated.clone());
         }
-        let undelivered = st.held.drain(..).chain(
+        let undelivered = st.take_held().into_iter().chain(
             st.ctx
                 .drain_stash()
                 .into_iter()
@@ -1062,7 +1110,7 @@ impl<A: Actor> ActorCell<A> {
             }
         }
         if let Some(parent) = &self.core.parent {
-            let _ = parent.send_system(SystemMessage::ChildTerminated);
+            let _ = parent.clone().send_system(SystemMessage::ChildTerminated);
         }
         tracing::debug!(actor = %self.core.path(), reason = %terminated.reason, "terminated");
         st.phase = Phase::Done;

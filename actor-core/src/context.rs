@@ -116,7 +116,7 @@ impl<A: Actor> Context<A> {
 
     /// The parent (the `/user` or `/system` guardian for top-level actors).
     pub fn parent(&self) -> Option<AnyActorRef> {
-        self.cell().core.parent.clone()
+        self.cell().core.parent.clone().map(AnyActorRef::from_local)
     }
 
     /// The children that have not terminated yet.
