@@ -45,6 +45,9 @@ pub(crate) const STOP_REQUESTED: u32 = 4;
 pub(crate) const STOPPING: u32 = 32;
 /// Fully stopped.
 pub(crate) const TERMINATED: u32 = 8;
+/// No more children may be added (the actor is stopping). Changed and read
+/// only under the children lock.
+const CHILDREN_CLOSED: u32 = 64;
 /// Stopped because of a failure (set before the mailbox closes).
 pub(crate) const FAILED: u32 = 16;
 
@@ -63,8 +66,6 @@ pub(crate) struct CellCore {
 
 #[derive(Default)]
 struct Children {
-    /// No more children may be added (the actor is stopping).
-    closed: bool,
     /// Boxed so that an actor without children pays one pointer, not an
     /// empty map (48 bytes).
     #[allow(clippy::box_collection)]
@@ -124,7 +125,7 @@ impl CellCore {
 
     fn register_child(&self, name: Arc<str>, child: AnyActorRef) -> Result<(), SpawnError> {
         let mut c = lock(&self.children);
-        if c.closed {
+        if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED != 0 {
             return Err(SpawnError::ParentStopped);
         }
         let map = c.map.get_or_insert_with(Default::default);
@@ -168,8 +169,8 @@ impl CellCore {
 
     /// Refuses new children from now on and returns the current ones.
     fn close_children(&self) -> Vec<AnyActorRef> {
-        let mut c = lock(&self.children);
-        c.closed = true;
+        let c = lock(&self.children);
+        self.status.fetch_or(CHILDREN_CLOSED, Ordering::Relaxed);
         c.map
             .as_ref()
             .map(|m| m.values().cloned().collect())
@@ -255,7 +256,7 @@ enum Phase {
     Stopping(Box<StopReason>),
     /// Run `stopped` on the failed instance and stop the children, then
     /// re-create after `delay`.
-    Restarting(Duration),
+    Restarting(Nanos),
     /// Wait for every child to terminate.
     AwaitChildren(After),
     /// Waiting out a restart backoff (the cell is suspended).
@@ -268,8 +269,16 @@ enum Phase {
     Done,
 }
 
+/// A restart backoff in nanoseconds (8 bytes where a `Duration` takes 16,
+/// so that `Phase` fits in 16 bytes).
+type Nanos = u64;
+
+fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 enum After {
-    Restart(Duration),
+    Restart(Nanos),
     Terminate(Box<StopReason>),
 }
 
@@ -879,13 +888,13 @@ impl<A: Actor> ActorCell<A> {
                     if !self.core.has_children() {
                         match after {
                             After::Terminate(reason) => st.phase = Phase::Finalize(reason),
-                            After::Restart(delay) if delay.is_zero() => st.phase = Phase::Recreate,
+                            After::Restart(0) => st.phase = Phase::Recreate,
                             After::Restart(delay) => {
                                 st.phase = Phase::Backoff;
                                 self.core.status.fetch_or(SUSPENDED, Ordering::SeqCst);
                                 let me = self.clone();
                                 rt::spawn(async move {
-                                    rt::sleep(delay).await;
+                                    rt::sleep(Duration::from_nanos(delay)).await;
                                     me.core.status.fetch_and(!SUSPENDED, Ordering::SeqCst);
                                     let _ = me.send_system(SystemMessage::ResumeAfterBackoff);
                                 });
@@ -1057,7 +1066,7 @@ impl<A: Actor> ActorCell<A> {
                     }
                     RestartDecision::RestartAfter(delay) => {
                         tracing::warn!(actor = %path, "actor failed, restarting in {delay:?}: {why}");
-                        st.phase = Phase::Restarting(delay);
+                        st.phase = Phase::Restarting(nanos(delay));
                     }
                 }
             }
@@ -1134,11 +1143,8 @@ impl<A: Actor> ActorCell<A> {
                 uid: system.next_uid(),
                 name: "$stillborn".into(),
                 parent: None,
-                status: AtomicU32::new(TERMINATED),
-                children: Mutex::new(Children {
-                    closed: true,
-                    map: None,
-                }),
+                status: AtomicU32::new(TERMINATED | CHILDREN_CLOSED),
+                children: Mutex::new(Children { map: None }),
                 terminated: Event::new(),
                 system: system.clone(),
             },

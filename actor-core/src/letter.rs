@@ -149,11 +149,10 @@ where
     ) -> HandlerFuture<'a> {
         let Envelope { msg, mut reply } = self.body;
         Box::pin(async move {
-            ctx.stashed_current = false;
+            ctx.clear_stashed_current();
             ctx.touch();
             let out = actor.handle(msg, ctx).await;
-            if ctx.stashed_current {
-                ctx.stashed_current = false;
+            if ctx.take_stashed_current() {
                 ctx.attach_reply_to_last_stashed(&mut reply);
             } else if let Some(reply) = reply {
                 reply.send(out);
