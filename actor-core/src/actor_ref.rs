@@ -356,7 +356,7 @@ impl<A: Handler<Terminated>> UserLetter<A> for Node<A, TerminatedLetter> {
     ) -> HandlerFuture<'a> {
         let t = self.body.0;
         let wanted = ctx.take_watch(t.actor.uid());
-        Box::pin(async move {
+        HandlerFuture::new(async move {
             if wanted {
                 actor.handle(t, ctx).await;
             }

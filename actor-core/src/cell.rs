@@ -12,6 +12,7 @@ use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::context::Context;
 use crate::dead_letters::lock;
 use crate::error::SpawnError;
+use crate::heap_future::HeapFuture;
 use crate::letter::{Letter, Node, Opened, SystemLetter};
 use crate::mailbox::{Batch, Mailbox};
 use crate::path::ActorPath;
@@ -351,9 +352,6 @@ enum Fast<A: Actor> {
     Slow(Option<Resume<A>>),
 }
 
-/// A boxed `started` hook future borrowing the actor and its context.
-type HookFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
-
 #[derive(Clone, Copy)]
 enum ResumeKind {
     Started,
@@ -366,7 +364,7 @@ enum ResumeKind {
 struct Resume<A: Actor> {
     /// Declared first: fields drop in order, so the future goes before the
     /// cell it borrows from.
-    fut: Pin<Box<dyn Future<Output = ()> + Send + 'static>>,
+    fut: HeapFuture<'static>,
     kind: ResumeKind,
     _cell: Arc<ActorCell<A>>,
 }
@@ -380,18 +378,9 @@ impl<A: Actor> Resume<A> {
     /// is sound: the run state lives inside the cell's allocation, which
     /// does not move and which `_cell` keeps alive until after `fut` is
     /// dropped, and nothing else reads or writes it meanwhile.
-    unsafe fn new<'a>(
-        cell: &Arc<ActorCell<A>>,
-        fut: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
-        kind: ResumeKind,
-    ) -> Self {
+    unsafe fn new(cell: &Arc<ActorCell<A>>, fut: HeapFuture<'_>, kind: ResumeKind) -> Self {
         // SAFETY: only the lifetime changes; see the function's contract.
-        let fut = unsafe {
-            std::mem::transmute::<
-                Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
-                Pin<Box<dyn Future<Output = ()> + Send + 'static>>,
-            >(fut)
-        };
+        let fut = unsafe { fut.erase() };
         Resume {
             fut,
             kind,
@@ -680,7 +669,7 @@ impl<A: Actor> ActorCell<A> {
         if let Some(mut r) = resume {
             match r.kind {
                 ResumeKind::Started => {
-                    let result = guarded(r.fut.as_mut()).await;
+                    let result = guarded(r.fut.pinned()).await;
                     // Dropped before the run state is borrowed again.
                     drop(r);
                     // SAFETY: this activation owns the run state; the
@@ -694,7 +683,7 @@ impl<A: Actor> ActorCell<A> {
                 }
                 ResumeKind::Handler => {
                     let handler = async {
-                        r.fut.as_mut().await;
+                        r.fut.pinned().await;
                         true
                     }
                     .or(async {
@@ -746,8 +735,8 @@ impl<A: Actor> ActorCell<A> {
                 Phase::Start => {
                     st.phase = Phase::Run;
                     let actor = st.actor.as_mut().expect("instance present at start");
-                    let mut fut: HookFuture<'_> = Box::pin(actor.started(&mut st.ctx));
-                    match poll_guarded(fut.as_mut(), cx) {
+                    let mut fut = HeapFuture::new(actor.started(&mut st.ctx));
+                    match poll_guarded(fut.pinned(), cx) {
                         Poll::Ready(Ok(())) => {}
                         Poll::Ready(Err(p)) => {
                             drop(fut);
@@ -790,7 +779,7 @@ impl<A: Actor> ActorCell<A> {
                     // The phase is `Run` (checked above).
                     let actor = st.actor.as_mut().expect("instance present while running");
                     let mut handler = user.deliver(actor, &mut st.ctx);
-                    let result = match poll_guarded(handler.as_mut(), cx) {
+                    let result = match poll_guarded(handler.pinned(), cx) {
                         Poll::Ready(r) => r.map(|()| true),
                         // SAFETY: see `Resume::new`.
                         Poll::Pending => {
