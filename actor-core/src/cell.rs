@@ -15,7 +15,7 @@ use crate::error::SpawnError;
 use crate::heap_future::HeapFuture;
 use crate::letter::{Letter, Node, Opened, SystemLetter};
 use crate::mailbox::{Batch, Mailbox};
-use crate::path::ActorPath;
+use crate::path::{ActorPath, AsNameKey, Name, NameKey};
 use crate::props::{Factory, MailboxConfig, Props, Source};
 use crate::rt;
 use crate::supervision::{RestartDecision, SupervisorStrategy};
@@ -25,7 +25,9 @@ use crate::watch::{StopReason, Terminated};
 use event_listener::Event;
 use futures_lite::FutureExt;
 use std::any::Any;
+use std::borrow::Cow;
 use std::cell::UnsafeCell;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -55,7 +57,7 @@ pub(crate) const FAILED: u32 = 16;
 /// The parts of a cell that do not depend on the actor's type.
 pub(crate) struct CellCore {
     pub(crate) uid: u64,
-    pub(crate) name: Arc<str>,
+    pub(crate) name: Name,
     /// Parents are always local: a plain cell pointer (16 bytes, where an
     /// `AnyActorRef` is 24).
     pub(crate) parent: Option<Arc<dyn AnyCell>>,
@@ -70,18 +72,18 @@ struct Children {
     /// Boxed so that an actor without children pays one pointer, not an
     /// empty map (48 bytes).
     #[allow(clippy::box_collection)]
-    map: Option<Box<HashMap<Arc<str>, AnyActorRef>>>,
+    map: Option<Box<HashMap<Name, AnyActorRef>>>,
 }
 
 impl CellCore {
     pub(crate) fn path(&self) -> ActorPath {
-        let mut names: Vec<&str> = vec![&self.name];
+        let mut names: Vec<Cow<'_, str>> = vec![self.name.as_str()];
         let mut cur = self.parent.as_ref();
         while let Some(p) = cur {
-            names.push(&p.core().name);
+            names.push(p.core().name.as_str());
             cur = p.core().parent.as_ref();
         }
-        ActorPath::from_names(names.into_iter())
+        ActorPath::from_names(names.iter().map(|n| &**n))
     }
 
     pub(crate) fn is_terminated(&self) -> bool {
@@ -124,20 +126,22 @@ impl CellCore {
         }
     }
 
-    fn register_child(&self, name: Arc<str>, child: AnyActorRef) -> Result<(), SpawnError> {
+    fn register_child(&self, name: Name, child: AnyActorRef) -> Result<(), SpawnError> {
         let mut c = lock(&self.children);
         if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED != 0 {
             return Err(SpawnError::ParentStopped);
         }
         let map = c.map.get_or_insert_with(Default::default);
-        if map.contains_key(&name) {
-            return Err(SpawnError::NameTaken(name.to_string()));
+        match map.entry(name) {
+            Entry::Occupied(e) => Err(SpawnError::NameTaken(e.key().to_string())),
+            Entry::Vacant(e) => {
+                e.insert(child);
+                Ok(())
+            }
         }
-        map.insert(name, child);
-        Ok(())
     }
 
-    fn remove_child(&self, name: &str, uid: u64) {
+    fn remove_child(&self, name: &Name, uid: u64) {
         let mut c = lock(&self.children);
         if let Some(map) = c.map.as_mut() {
             if map.get(name).is_some_and(|r| r.uid() == uid) {
@@ -153,7 +157,7 @@ impl CellCore {
         lock(&self.children)
             .map
             .as_ref()
-            .and_then(|m| m.get(name).cloned())
+            .and_then(|m| m.get(&NameKey::of(name) as &dyn AsNameKey).cloned())
     }
 
     pub(crate) fn children(&self) -> Vec<AnyActorRef> {
@@ -519,10 +523,10 @@ impl<A: Actor> ActorCell<A> {
         parent: Option<&AnyActorRef>,
         props: Props<A>,
     ) -> Result<ActorRef<A>, SpawnError> {
-        let name: Arc<str> = match props.name {
-            Some(n) if crate::path::valid_name(&n) => n.into(),
+        let name = match props.name {
+            Some(n) if crate::path::valid_name(&n) => Name::Given(n.into()),
             Some(n) => return Err(SpawnError::InvalidName(n)),
-            None => crate::path::generated_name(system.next_name()).into(),
+            None => Name::Generated(system.next_name()),
         };
         let (actor, factory) = match props.source {
             Source::Value(a) => (a, None),
@@ -1130,7 +1134,8 @@ impl<A: Actor> ActorCell<A> {
         let cell = Arc::new(ActorCell {
             core: CellCore {
                 uid: system.next_uid(),
-                name: "$stillborn".into(),
+                // Never registered with a parent, so never looked up.
+                name: Name::Given("$stillborn".into()),
                 parent: None,
                 status: AtomicU32::new(TERMINATED | CHILDREN_CLOSED),
                 children: Mutex::new(Children { map: None }),
