@@ -2,10 +2,15 @@
 //!
 //! An idle actor is not a task. Its cell holds the mailbox and the parked
 //! state; the first message to arrive schedules an *activation* (a task)
-//! that takes the state, handles up to `throughput` messages, yields if
-//! more are waiting, and parks the state again when the mailbox is empty.
+//! that owns the state, handles up to `throughput` messages, yields if
+//! more are waiting, and gives the state up again when the mailbox is empty.
 //! This is Akka's dispatcher design: memory per idle actor is the cell
 //! alone, and a busy actor runs without a wake-up per message.
+//!
+//! The activation task is only the cell's `Arc` (`Activation`): messages
+//! whose handler completes on its first poll run on a synchronous fast
+//! path; lifecycle phases and handlers or hooks that wait continue on the
+//! general async path (`run_slow`), boxed only then.
 
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef};
