@@ -33,7 +33,7 @@ use std::any::Any;
 use std::borrow::Cow;
 use std::cell::UnsafeCell;
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -199,6 +199,77 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
     /// The type id of the actor (for remote dispatch).
     fn actor_type(&self) -> std::any::TypeId;
+    /// Runs the first activation of a new actor within the task polling
+    /// `cx` (see `queue_start`), moving it to a task of its own if it has
+    /// to wait.
+    fn start_inline(self: Arc<Self>, cx: &mut TaskContext<'_>);
+}
+
+/// New actors whose first activation (which runs `started`) has not run
+/// yet. Rather than a task per spawned actor, starter tasks take them in
+/// batches and run each activation inline; an activation that has to wait
+/// (a `started` or handler that awaits, a full `throughput`) continues in
+/// a task of its own.
+struct Starts {
+    queue: VecDeque<Arc<dyn AnyCell>>,
+    /// A starter task is scheduled that will look at `queue`.
+    starter_scheduled: bool,
+}
+
+static STARTS: Mutex<Starts> = Mutex::new(Starts {
+    queue: VecDeque::new(),
+    starter_scheduled: false,
+});
+
+/// Most activations one starter task runs; more go to another starter, so
+/// that starts run in parallel on a busy system and a `started` that
+/// blocks its thread holds up a bounded number of others.
+const START_BATCH: usize = 64;
+
+/// Schedules the first activation of a new actor (whose cell is claimed,
+/// `SCHEDULED`, for it).
+fn queue_start(cell: Arc<dyn AnyCell>) {
+    let mut starts = lock(&STARTS);
+    starts.queue.push_back(cell);
+    if !starts.starter_scheduled {
+        starts.starter_scheduled = true;
+        drop(starts);
+        rt::spawn_detached(Starter);
+    }
+}
+
+/// A task that runs a batch of first activations (see `Starts`).
+struct Starter;
+
+impl Future for Starter {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let batch: Vec<Arc<dyn AnyCell>> = {
+            let mut starts = lock(&STARTS);
+            let n = starts.queue.len().min(START_BATCH);
+            let batch = starts.queue.drain(..n).collect();
+            if starts.queue.is_empty() {
+                starts.starter_scheduled = false;
+            } else {
+                // The next batch goes to another starter (the flag stays).
+                rt::spawn_detached(Starter);
+            }
+            batch
+        };
+        for cell in batch {
+            if let Err(p) =
+                std::panic::catch_unwind(AssertUnwindSafe(|| cell.clone().start_inline(cx)))
+            {
+                tracing::error!(
+                    actor = %cell.core().path(),
+                    "bug: panic in the first activation: {}",
+                    panic_message(&*p)
+                );
+            }
+        }
+        Poll::Ready(())
+    }
 }
 
 /// A bounded mailbox's count of waiting user messages.
@@ -255,6 +326,14 @@ pub(crate) struct ActorCell<A: Actor> {
 // order one owner's accesses before the next owner's. `RunState<A>` is
 // `Send`, so handing it between threads this way is sound.
 unsafe impl<A: Actor> Sync for ActorCell<A> {}
+
+/// Compile-time check of the premise of the `Sync` impl above: the run
+/// state of every actor type is `Send`.
+#[allow(dead_code)]
+fn run_state_is_send<A: Actor>() {
+    fn is_send<T: Send>() {}
+    is_send::<RunState<A>>();
+}
 
 /// What the actor is doing, as far as the runtime is concerned.
 enum Phase {
@@ -518,6 +597,17 @@ impl<A: Actor> AnyCell for ActorCell<A> {
     fn actor_type(&self) -> std::any::TypeId {
         std::any::TypeId::of::<A>()
     }
+
+    fn start_inline(self: Arc<Self>, cx: &mut TaskContext<'_>) {
+        let mut activation = Activation::new(self);
+        // Wakers registered during this poll belong to the starter task;
+        // if the activation has to wait, its own task polls it again at
+        // once (spawning schedules it), which registers the right waker.
+        // A wake of the finished starter is a no-op.
+        if Pin::new(&mut activation).poll(cx).is_pending() {
+            rt::spawn_detached(activation);
+        }
+    }
 }
 
 impl<A: Actor> ActorCell<A> {
@@ -592,7 +682,7 @@ impl<A: Actor> ActorCell<A> {
             phase: Phase::Start,
             rare,
         });
-        rt::spawn_detached(Activation::new(cell.clone()));
+        queue_start(cell.clone());
         Ok(me)
     }
 

@@ -152,3 +152,51 @@ fn many_actors_alternate_paths_under_load() {
         system.shutdown().await;
     });
 }
+
+/// Reports its start; the first one waits (in `started`) for a go signal.
+struct Starter {
+    i: usize,
+    started: async_channel::Sender<usize>,
+    go: Option<async_channel::Receiver<()>>,
+}
+
+impl Actor for Starter {
+    async fn started(&mut self, _ctx: &mut Context<Self>) {
+        if let Some(go) = self.go.take() {
+            let _ = go.recv().await;
+        } else if self.i.is_multiple_of(2) {
+            rt::yield_now().await;
+        }
+        let _ = self.started.send(self.i).await;
+    }
+}
+
+#[test]
+fn started_runs_for_actors_that_never_get_a_message() {
+    rt::block_on(async {
+        let system = ActorSystem::new("activation").unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let (go_tx, go_rx) = async_channel::bounded(1);
+        const N: usize = 300;
+        let actors: Vec<_> = (0..N)
+            .map(|i| {
+                system.spawn(Starter {
+                    i,
+                    started: tx.clone(),
+                    go: (i == 0).then(|| go_rx.clone()),
+                })
+            })
+            .collect();
+        // Every actor but the first starts although the first one's
+        // `started` is still waiting (it must not hold up the others).
+        let mut seen = vec![false; N];
+        for _ in 1..N {
+            seen[next(&rx).await] = true;
+        }
+        assert!(!seen[0] && seen[1..].iter().all(|s| *s));
+        go_tx.send(()).await.unwrap();
+        assert_eq!(next(&rx).await, 0);
+        drop(actors);
+        system.shutdown().await;
+    });
+}
