@@ -356,7 +356,7 @@ impl<A: Handler<Terminated>> UserLetter<A> for Node<A, TerminatedLetter> {
     ) -> HandlerFuture<'a> {
         let t = self.body.0;
         let wanted = ctx.take_watch(t.actor.uid());
-        Box::pin(async move {
+        HandlerFuture::new(async move {
             if wanted {
                 actor.handle(t, ctx).await;
             }
@@ -491,6 +491,12 @@ impl AnyActorRef {
         match &self.target {
             AnyTarget::Local(_) => None,
             AnyTarget::Remote(r) => Some(r),
+        }
+    }
+
+    pub(crate) fn from_local(c: Arc<dyn AnyCell>) -> Self {
+        AnyActorRef {
+            target: AnyTarget::Local(c),
         }
     }
 

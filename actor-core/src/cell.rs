@@ -2,19 +2,25 @@
 //!
 //! An idle actor is not a task. Its cell holds the mailbox and the parked
 //! state; the first message to arrive schedules an *activation* (a task)
-//! that takes the state, handles up to `throughput` messages, yields if
-//! more are waiting, and parks the state again when the mailbox is empty.
+//! that owns the state, handles up to `throughput` messages, yields if
+//! more are waiting, and gives the state up again when the mailbox is empty.
 //! This is Akka's dispatcher design: memory per idle actor is the cell
 //! alone, and a busy actor runs without a wake-up per message.
+//!
+//! The activation task is only the cell's `Arc` (`Activation`): messages
+//! whose handler completes on its first poll run on a synchronous fast
+//! path; lifecycle phases and handlers or hooks that wait continue on the
+//! general async path (`run_slow`), boxed only then.
 
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::context::Context;
 use crate::dead_letters::lock;
 use crate::error::SpawnError;
+use crate::heap_future::HeapFuture;
 use crate::letter::{Letter, Node, Opened, SystemLetter};
 use crate::mailbox::{Batch, Mailbox};
-use crate::path::ActorPath;
+use crate::path::{ActorPath, AsNameKey, Name, NameKey};
 use crate::props::{Factory, MailboxConfig, Props, Source};
 use crate::rt;
 use crate::supervision::{RestartDecision, SupervisorStrategy};
@@ -24,11 +30,16 @@ use crate::watch::{StopReason, Terminated};
 use event_listener::Event;
 use futures_lite::FutureExt;
 use std::any::Any;
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::cell::UnsafeCell;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 /// An activation is running or about to run.
@@ -42,14 +53,19 @@ pub(crate) const STOP_REQUESTED: u32 = 4;
 pub(crate) const STOPPING: u32 = 32;
 /// Fully stopped.
 pub(crate) const TERMINATED: u32 = 8;
+/// No more children may be added (the actor is stopping). Changed and read
+/// only under the children lock.
+const CHILDREN_CLOSED: u32 = 64;
 /// Stopped because of a failure (set before the mailbox closes).
 pub(crate) const FAILED: u32 = 16;
 
 /// The parts of a cell that do not depend on the actor's type.
 pub(crate) struct CellCore {
     pub(crate) uid: u64,
-    pub(crate) name: Arc<str>,
-    pub(crate) parent: Option<AnyActorRef>,
+    pub(crate) name: Name,
+    /// Parents are always local: a plain cell pointer (16 bytes, where an
+    /// `AnyActorRef` is 24).
+    pub(crate) parent: Option<Arc<dyn AnyCell>>,
     pub(crate) status: AtomicU32,
     children: Mutex<Children>,
     terminated: Event,
@@ -58,23 +74,21 @@ pub(crate) struct CellCore {
 
 #[derive(Default)]
 struct Children {
-    /// No more children may be added (the actor is stopping).
-    closed: bool,
     /// Boxed so that an actor without children pays one pointer, not an
     /// empty map (48 bytes).
     #[allow(clippy::box_collection)]
-    map: Option<Box<HashMap<Arc<str>, AnyActorRef>>>,
+    map: Option<Box<HashMap<Name, AnyActorRef>>>,
 }
 
 impl CellCore {
     pub(crate) fn path(&self) -> ActorPath {
-        let mut names: Vec<&str> = vec![&self.name];
+        let mut names: Vec<Cow<'_, str>> = vec![self.name.as_str()];
         let mut cur = self.parent.as_ref();
         while let Some(p) = cur {
-            names.push(&p.core().name);
+            names.push(p.core().name.as_str());
             cur = p.core().parent.as_ref();
         }
-        ActorPath::from_names(names.into_iter())
+        ActorPath::from_names(names.iter().map(|n| &**n))
     }
 
     pub(crate) fn is_terminated(&self) -> bool {
@@ -117,20 +131,22 @@ impl CellCore {
         }
     }
 
-    fn register_child(&self, name: Arc<str>, child: AnyActorRef) -> Result<(), SpawnError> {
+    fn register_child(&self, name: Name, child: AnyActorRef) -> Result<(), SpawnError> {
         let mut c = lock(&self.children);
-        if c.closed {
+        if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED != 0 {
             return Err(SpawnError::ParentStopped);
         }
         let map = c.map.get_or_insert_with(Default::default);
-        if map.contains_key(&name) {
-            return Err(SpawnError::NameTaken(name.to_string()));
+        match map.entry(name) {
+            Entry::Occupied(e) => Err(SpawnError::NameTaken(e.key().to_string())),
+            Entry::Vacant(e) => {
+                e.insert(child);
+                Ok(())
+            }
         }
-        map.insert(name, child);
-        Ok(())
     }
 
-    fn remove_child(&self, name: &str, uid: u64) {
+    fn remove_child(&self, name: &Name, uid: u64) {
         let mut c = lock(&self.children);
         if let Some(map) = c.map.as_mut() {
             if map.get(name).is_some_and(|r| r.uid() == uid) {
@@ -146,7 +162,7 @@ impl CellCore {
         lock(&self.children)
             .map
             .as_ref()
-            .and_then(|m| m.get(name).cloned())
+            .and_then(|m| m.get(&NameKey::of(name) as &dyn AsNameKey).cloned())
     }
 
     pub(crate) fn children(&self) -> Vec<AnyActorRef> {
@@ -163,8 +179,8 @@ impl CellCore {
 
     /// Refuses new children from now on and returns the current ones.
     fn close_children(&self) -> Vec<AnyActorRef> {
-        let mut c = lock(&self.children);
-        c.closed = true;
+        let c = lock(&self.children);
+        self.status.fetch_or(CHILDREN_CLOSED, Ordering::Relaxed);
         c.map
             .as_ref()
             .map(|m| m.values().cloned().collect())
@@ -183,6 +199,77 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
     /// The type id of the actor (for remote dispatch).
     fn actor_type(&self) -> std::any::TypeId;
+    /// Runs the first activation of a new actor within the task polling
+    /// `cx` (see `queue_start`), moving it to a task of its own if it has
+    /// to wait.
+    fn start_inline(self: Arc<Self>, cx: &mut TaskContext<'_>);
+}
+
+/// New actors whose first activation (which runs `started`) has not run
+/// yet. Rather than a task per spawned actor, starter tasks take them in
+/// batches and run each activation inline; an activation that has to wait
+/// (a `started` or handler that awaits, a full `throughput`) continues in
+/// a task of its own.
+struct Starts {
+    queue: VecDeque<Arc<dyn AnyCell>>,
+    /// A starter task is scheduled that will look at `queue`.
+    starter_scheduled: bool,
+}
+
+static STARTS: Mutex<Starts> = Mutex::new(Starts {
+    queue: VecDeque::new(),
+    starter_scheduled: false,
+});
+
+/// Most activations one starter task runs; more go to another starter, so
+/// that starts run in parallel on a busy system and a `started` that
+/// blocks its thread holds up a bounded number of others.
+const START_BATCH: usize = 64;
+
+/// Schedules the first activation of a new actor (whose cell is claimed,
+/// `SCHEDULED`, for it).
+fn queue_start(cell: Arc<dyn AnyCell>) {
+    let mut starts = lock(&STARTS);
+    starts.queue.push_back(cell);
+    if !starts.starter_scheduled {
+        starts.starter_scheduled = true;
+        drop(starts);
+        rt::spawn_detached(Starter);
+    }
+}
+
+/// A task that runs a batch of first activations (see `Starts`).
+struct Starter;
+
+impl Future for Starter {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let batch: Vec<Arc<dyn AnyCell>> = {
+            let mut starts = lock(&STARTS);
+            let n = starts.queue.len().min(START_BATCH);
+            let batch = starts.queue.drain(..n).collect();
+            if starts.queue.is_empty() {
+                starts.starter_scheduled = false;
+            } else {
+                // The next batch goes to another starter (the flag stays).
+                rt::spawn_detached(Starter);
+            }
+            batch
+        };
+        for cell in batch {
+            if let Err(p) =
+                std::panic::catch_unwind(AssertUnwindSafe(|| cell.clone().start_inline(cx)))
+            {
+                tracing::error!(
+                    actor = %cell.core().path(),
+                    "bug: panic in the first activation: {}",
+                    panic_message(&*p)
+                );
+            }
+        }
+        Poll::Ready(())
+    }
 }
 
 /// A bounded mailbox's count of waiting user messages.
@@ -221,7 +308,31 @@ pub(crate) struct ActorCell<A: Actor> {
     pub(crate) core: CellCore,
     mailbox: Mailbox<A>,
     pub(crate) bounded: Option<Box<Bounded>>,
-    run: Mutex<Option<RunState<A>>>,
+    /// The actor's state. Owned by whoever holds the `SCHEDULED` bit: the
+    /// spawning thread until it schedules the first activation, then the
+    /// running activation; nobody while the actor is idle. `None` once
+    /// terminated (dropping it breaks the cycle through `Context::myself`).
+    run: UnsafeCell<Option<RunState<A>>>,
+}
+
+// SAFETY: every field but `run` is `Sync`. `run` is only read or written by
+// the owner of the `SCHEDULED` status bit (see the field's comment): `spawn`
+// writes it before any activation exists (the cell is created with
+// `SCHEDULED` set, so `try_claim` fails until the first activation clears
+// it), and an activation touches it only between claiming the bit (the
+// SeqCst compare-and-swap in `try_claim`, or inheriting it from `spawn`) and
+// clearing it (the SeqCst `fetch_and` in `Activation::park`). The bit admits
+// one owner at a time, and the SeqCst (acquire + release) operations on it
+// order one owner's accesses before the next owner's. `RunState<A>` is
+// `Send`, so handing it between threads this way is sound.
+unsafe impl<A: Actor> Sync for ActorCell<A> {}
+
+/// Compile-time check of the premise of the `Sync` impl above: the run
+/// state of every actor type is `Send`.
+#[allow(dead_code)]
+fn run_state_is_send<A: Actor>() {
+    fn is_send<T: Send>() {}
+    is_send::<RunState<A>>();
 }
 
 /// What the actor is doing, as far as the runtime is concerned.
@@ -231,10 +342,10 @@ enum Phase {
     /// Handle messages.
     Run,
     /// Run `stopping`, stop the children, then terminate.
-    Stopping(StopReason),
+    Stopping(Box<StopReason>),
     /// Run `stopped` on the failed instance and stop the children, then
     /// re-create after `delay`.
-    Restarting(Duration),
+    Restarting(Nanos),
     /// Wait for every child to terminate.
     AwaitChildren(After),
     /// Waiting out a restart backoff (the cell is suspended).
@@ -242,14 +353,22 @@ enum Phase {
     /// Create a fresh instance from the factory.
     Recreate,
     /// Run `stopped`, close the mailbox, tell watchers and the parent.
-    Finalize(StopReason),
+    Finalize(Box<StopReason>),
     /// Terminated.
     Done,
 }
 
+/// A restart backoff in nanoseconds (8 bytes where a `Duration` takes 16,
+/// so that `Phase` fits in 16 bytes).
+type Nanos = u64;
+
+fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 enum After {
-    Restart(Duration),
-    Terminate(StopReason),
+    Restart(Nanos),
+    Terminate(Box<StopReason>),
 }
 
 /// The actor's state while it is parked or running.
@@ -258,17 +377,170 @@ struct RunState<A: Actor> {
     ctx: Context<A>,
     batch: Batch<A>,
     phase: Phase,
+    /// What most actors never need, boxed so that an idle actor pays one
+    /// pointer for it.
+    rare: Option<Box<Rare<A>>>,
+}
+
+/// The rarely used part of an actor's state.
+struct Rare<A: Actor> {
     factory: Option<Factory<A>>,
     /// `None` is the default strategy (restart, no limit, no backoff).
-    strategy: Option<Box<SupervisorStrategy>>,
+    strategy: Option<SupervisorStrategy>,
     /// User letters set aside while children stop for a restart.
     held: Vec<Box<dyn Letter<A>>>,
+}
+
+impl<A: Actor> RunState<A> {
+    fn factory(&mut self) -> Option<&mut Factory<A>> {
+        self.rare.as_mut().and_then(|r| r.factory.as_mut())
+    }
+
+    fn strategy(&self) -> SupervisorStrategy {
+        self.rare
+            .as_ref()
+            .and_then(|r| r.strategy.clone())
+            .unwrap_or_default()
+    }
+
+    fn hold(&mut self, letter: Box<dyn Letter<A>>) {
+        self.rare
+            .get_or_insert_with(|| {
+                Box::new(Rare {
+                    factory: None,
+                    strategy: None,
+                    held: Vec::new(),
+                })
+            })
+            .held
+            .push(letter);
+    }
+
+    fn take_held(&mut self) -> Vec<Box<dyn Letter<A>>> {
+        self.rare
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.held))
+            .unwrap_or_default()
+    }
 }
 
 enum Step {
     Idle,
     Yield,
     Done,
+}
+
+/// How the fast path of an activation ended.
+enum Fast<A: Actor> {
+    /// The mailbox is empty.
+    Idle,
+    /// `throughput` messages were handled: let other tasks run.
+    Yield,
+    /// Something needs the general path, possibly with a pending future.
+    Slow(Option<Resume<A>>),
+}
+
+#[derive(Clone, Copy)]
+enum ResumeKind {
+    Started,
+    Handler,
+}
+
+/// A hook or handler future that the fast path found pending, handed to
+/// the general path. It borrows the run state inside the cell, so it keeps
+/// the cell alive and is dropped before its `Arc`.
+struct Resume<A: Actor> {
+    /// Declared first: fields drop in order, so the future goes before the
+    /// cell it borrows from.
+    fut: HeapFuture<'static>,
+    kind: ResumeKind,
+    _cell: Arc<ActorCell<A>>,
+}
+
+impl<A: Actor> Resume<A> {
+    /// # Safety
+    /// `fut` may borrow only the run state of `cell` (the actor and its
+    /// context), and the caller must own that state (hold `SCHEDULED`) and
+    /// hand its ownership to whoever polls the `Resume`, who must not touch
+    /// the run state until the `Resume` is dropped. Then the erased lifetime
+    /// is sound: the run state lives inside the cell's allocation, which
+    /// does not move and which `_cell` keeps alive until after `fut` is
+    /// dropped, and nothing else reads or writes it meanwhile.
+    unsafe fn new(cell: &Arc<ActorCell<A>>, fut: HeapFuture<'_>, kind: ResumeKind) -> Self {
+        // SAFETY: only the lifetime changes; see the function's contract.
+        let fut = unsafe { fut.erase() };
+        Resume {
+            fut,
+            kind,
+            _cell: cell.clone(),
+        }
+    }
+}
+
+/// The task of one activation: just the cell while messages are handled on
+/// the fast path (so spawning it moves a few bytes, not a large future),
+/// and the boxed general path once something had to wait.
+struct Activation<A: Actor> {
+    /// Declared first, so dropped before `cell` (it may hold a `Resume`).
+    slow: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    cell: Arc<ActorCell<A>>,
+}
+
+impl<A: Actor> Activation<A> {
+    /// An activation that owns the cell's run state (the caller claimed
+    /// `SCHEDULED` for it).
+    fn new(cell: Arc<ActorCell<A>>) -> Self {
+        Activation { slow: None, cell }
+    }
+}
+
+impl<A: Actor> Future for Activation<A> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            if let Some(slow) = this.slow.as_mut() {
+                return slow.as_mut().poll(cx);
+            }
+            let cell = &this.cell;
+            // SAFETY: this activation owns the run state (it was claimed
+            // for it, or re-claimed by `park` below); the reference is not
+            // used after `park` gives the state up or once the general path
+            // has been handed the state.
+            let outcome = match unsafe { cell.state() }.as_mut() {
+                Some(st) => cell.fast(st, cx),
+                None => Fast::Slow(None),
+            };
+            match outcome {
+                Fast::Idle => {
+                    if !cell.park() {
+                        return Poll::Ready(());
+                    }
+                }
+                Fast::Yield => {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Fast::Slow(resume) => {
+                    this.slow = Some(Box::pin(cell.clone().run_slow(resume)));
+                }
+            }
+        }
+    }
+}
+
+/// Polls a hook or handler future once, turning a panic into its message
+/// (as `guarded` does).
+fn poll_guarded(
+    fut: Pin<&mut (dyn Future<Output = ()> + Send + '_)>,
+    cx: &mut TaskContext<'_>,
+) -> Poll<Result<(), String>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+        Ok(Poll::Ready(())) => Poll::Ready(Ok(())),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(p) => Poll::Ready(Err(panic_message(&*p))),
+    }
 }
 
 /// Runs a hook or handler future, turning a panic into its message.
@@ -325,6 +597,17 @@ impl<A: Actor> AnyCell for ActorCell<A> {
     fn actor_type(&self) -> std::any::TypeId {
         std::any::TypeId::of::<A>()
     }
+
+    fn start_inline(self: Arc<Self>, cx: &mut TaskContext<'_>) {
+        let mut activation = Activation::new(self);
+        // Wakers registered during this poll belong to the starter task;
+        // if the activation has to wait, its own task polls it again at
+        // once (spawning schedules it), which registers the right waker.
+        // A wake of the finished starter is a no-op.
+        if Pin::new(&mut activation).poll(cx).is_pending() {
+            rt::spawn_detached(activation);
+        }
+    }
 }
 
 impl<A: Actor> ActorCell<A> {
@@ -335,10 +618,10 @@ impl<A: Actor> ActorCell<A> {
         parent: Option<&AnyActorRef>,
         props: Props<A>,
     ) -> Result<ActorRef<A>, SpawnError> {
-        let name: Arc<str> = match props.name {
-            Some(n) if crate::path::valid_name(&n) => n.into(),
+        let name = match props.name {
+            Some(n) if crate::path::valid_name(&n) => Name::Given(n.into()),
             Some(n) => return Err(SpawnError::InvalidName(n)),
-            None => crate::path::generated_name(system.next_name()).into(),
+            None => Name::Generated(system.next_name()),
         };
         let (actor, factory) = match props.source {
             Source::Value(a) => (a, None),
@@ -350,8 +633,15 @@ impl<A: Actor> ActorCell<A> {
         let strategy = if props.strategy == SupervisorStrategy::default() {
             None
         } else {
-            Some(Box::new(props.strategy))
+            Some(props.strategy)
         };
+        let rare = (factory.is_some() || strategy.is_some()).then(|| {
+            Box::new(Rare {
+                factory,
+                strategy,
+                held: Vec::new(),
+            })
+        });
         let bounded = match props.mailbox {
             MailboxConfig::Unbounded => None,
             MailboxConfig::Bounded { capacity } => Some(Box::new(Bounded {
@@ -364,7 +654,7 @@ impl<A: Actor> ActorCell<A> {
             core: CellCore {
                 uid: system.next_uid(),
                 name: name.clone(),
-                parent: parent.cloned(),
+                parent: parent.map(|p| p.local().expect("a parent is a local actor").clone()),
                 status: AtomicU32::new(SCHEDULED),
                 children: Mutex::new(Children::default()),
                 terminated: Event::new(),
@@ -372,7 +662,7 @@ impl<A: Actor> ActorCell<A> {
             },
             mailbox: Mailbox::new(),
             bounded,
-            run: Mutex::new(None),
+            run: UnsafeCell::new(None),
         });
         let me = ActorRef::from_cell(cell.clone());
         if let Some(p) = parent {
@@ -383,16 +673,16 @@ impl<A: Actor> ActorCell<A> {
                 return Err(e);
             }
         }
-        *lock(&cell.run) = Some(RunState {
+        // SAFETY: the cell was created with `SCHEDULED` set and no
+        // activation exists yet, so this thread owns the run state.
+        *unsafe { &mut *cell.run.get() } = Some(RunState {
             actor: Some(actor),
             ctx: Context::new(me.clone()),
             batch: Batch::empty(),
             phase: Phase::Start,
-            factory,
-            strategy,
-            held: Vec::new(),
+            rare,
         });
-        rt::spawn(cell.clone().run());
+        queue_start(cell.clone());
         Ok(me)
     }
 
@@ -411,7 +701,7 @@ impl<A: Actor> ActorCell<A> {
     /// (and not asked to stop) or it has terminated.
     pub(crate) fn schedule(self: &Arc<Self>) {
         if self.try_claim() {
-            rt::spawn(self.clone().run());
+            rt::spawn_detached(Activation::new(self.clone()));
         }
     }
 
@@ -450,28 +740,173 @@ impl<A: Actor> ActorCell<A> {
         s & SUSPENDED == 0 && !self.mailbox.is_empty()
     }
 
-    /// One activation.
-    async fn run(self: Arc<Self>) {
-        let Some(mut st) = lock(&self.run).take() else {
-            tracing::error!(actor = %self.core.path(), "bug: activation found no actor state");
-            return;
-        };
-        loop {
-            match self.step(&mut st).await {
-                Step::Yield => rt::yield_now().await,
-                Step::Done => return,
-                Step::Idle => {
-                    *lock(&self.run) = Some(st);
-                    self.core.status.fetch_and(!SCHEDULED, Ordering::SeqCst);
-                    if !self.wants_run() || !self.try_claim() {
+    /// The run state, for the owner of the `SCHEDULED` bit.
+    ///
+    /// # Safety
+    /// The caller must own the run state (hold `SCHEDULED`, see the `run`
+    /// field), and no other reference obtained from this call may be alive
+    /// while the returned one is used.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn state(&self) -> &mut Option<RunState<A>> {
+        // SAFETY: exclusive access by the caller's contract.
+        unsafe { &mut *self.run.get() }
+    }
+
+    /// Ends an activation that found the mailbox empty: gives up the run
+    /// state, then takes it back if a letter (or stop request) arrived in
+    /// the meantime. True when the activation must go on.
+    fn park(&self) -> bool {
+        self.core.status.fetch_and(!SCHEDULED, Ordering::SeqCst);
+        self.wants_run() && self.try_claim()
+    }
+
+    /// The general (async) path of an activation, for everything but
+    /// messages whose handler completes at once: lifecycle phases, handlers
+    /// and hooks that wait. `resume` is a handler or `started` future that
+    /// the fast path found pending.
+    async fn run_slow(self: Arc<Self>, resume: Option<Resume<A>>) {
+        if let Some(mut r) = resume {
+            match r.kind {
+                ResumeKind::Started => {
+                    let result = guarded(r.fut.pinned()).await;
+                    // Dropped before the run state is borrowed again.
+                    drop(r);
+                    // SAFETY: this activation owns the run state; the
+                    // future that borrowed it is gone.
+                    let Some(st) = (unsafe { self.state() }).as_mut() else {
                         return;
-                    }
-                    st = match lock(&self.run).take() {
-                        Some(s) => s,
-                        None => return,
                     };
+                    if let Err(p) = result {
+                        self.fail(st, format!("panic in `started`: {p}"));
+                    }
+                }
+                ResumeKind::Handler => {
+                    let handler = async {
+                        r.fut.pinned().await;
+                        true
+                    }
+                    .or(async {
+                        self.core.until_stop_requested().await;
+                        false
+                    });
+                    let result = guarded(handler).await;
+                    drop(r);
+                    // SAFETY: as above.
+                    let Some(st) = (unsafe { self.state() }).as_mut() else {
+                        return;
+                    };
+                    self.after_handler(st, result);
                 }
             }
+        }
+        loop {
+            // SAFETY: this activation owns the run state (it claimed
+            // `SCHEDULED`, or was handed it by the fast path); the reference
+            // is not used after `park` gives the state up.
+            let Some(st) = (unsafe { self.state() }).as_mut() else {
+                tracing::error!(actor = %self.core.path(), "bug: activation found no actor state");
+                return;
+            };
+            match self.step(st).await {
+                Step::Yield => rt::yield_now().await,
+                Step::Done => {
+                    // SAFETY: as above; terminated, so no activation will
+                    // ever claim the state again.
+                    *unsafe { self.state() } = None;
+                    return;
+                }
+                Step::Idle => {
+                    if !self.park() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The fast path of an activation: handles messages while the actor is
+    /// running normally and every handler completes on its first poll.
+    fn fast(self: &Arc<Self>, st: &mut RunState<A>, cx: &mut TaskContext<'_>) -> Fast<A> {
+        let throughput = self.core.system.settings.throughput;
+        let mut handled = 0usize;
+        loop {
+            match st.phase {
+                Phase::Start => {
+                    st.phase = Phase::Run;
+                    let actor = st.actor.as_mut().expect("instance present at start");
+                    let mut fut = HeapFuture::new(actor.started(&mut st.ctx));
+                    match poll_guarded(fut.pinned(), cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(p)) => {
+                            drop(fut);
+                            self.fail(st, format!("panic in `started`: {p}"));
+                        }
+                        // SAFETY: see `Resume::new`.
+                        Poll::Pending => {
+                            return Fast::Slow(Some(unsafe {
+                                Resume::new(self, fut, ResumeKind::Started)
+                            }))
+                        }
+                    }
+                    continue;
+                }
+                // A stop request, like every other phase, takes the
+                // general path.
+                Phase::Run if self.core.status.load(Ordering::Relaxed) & STOP_REQUESTED == 0 => {}
+                _ => return Fast::Slow(None),
+            }
+            if handled >= throughput {
+                return Fast::Yield;
+            }
+            let letter = match st.batch.pop() {
+                Some(l) => l,
+                None => {
+                    st.batch = self.mailbox.take_all();
+                    match st.batch.pop() {
+                        Some(l) => l,
+                        None => return Fast::Idle,
+                    }
+                }
+            };
+            handled += 1;
+            match letter.open() {
+                Opened::System(msg) => self.handle_system(st, msg),
+                Opened::User(user) => {
+                    if let Some(b) = &self.bounded {
+                        b.release();
+                    }
+                    // The phase is `Run` (checked above).
+                    let actor = st.actor.as_mut().expect("instance present while running");
+                    let mut handler = user.deliver(actor, &mut st.ctx);
+                    let result = match poll_guarded(handler.pinned(), cx) {
+                        Poll::Ready(r) => r.map(|()| true),
+                        // SAFETY: see `Resume::new`.
+                        Poll::Pending => {
+                            return Fast::Slow(Some(unsafe {
+                                Resume::new(self, handler, ResumeKind::Handler)
+                            }))
+                        }
+                    };
+                    drop(handler);
+                    self.after_handler(st, result);
+                }
+            }
+        }
+    }
+
+    /// What follows a handler: unstash if asked, apply the strategy to a
+    /// panic.
+    fn after_handler(self: &Arc<Self>, st: &mut RunState<A>, result: Result<bool, String>) {
+        if result == Ok(false) {
+            tracing::debug!(actor = %self.core.path(), "handler cancelled by stop");
+        }
+        if st.ctx.take_unstash_request() {
+            for letter in st.ctx.drain_stash().into_iter().rev() {
+                st.batch.push_front(letter);
+            }
+        }
+        if let Err(p) = result {
+            self.fail(st, p);
         }
     }
 
@@ -490,12 +925,13 @@ impl<A: Actor> ActorCell<A> {
                     .fetch_and(!(STOP_REQUESTED | SUSPENDED), Ordering::SeqCst);
                 match st.phase {
                     Phase::Run | Phase::Backoff | Phase::Recreate => {
-                        st.phase = Phase::Stopping(StopReason::Stopped);
+                        st.phase = Phase::Stopping(Box::new(StopReason::Stopped));
                     }
                     Phase::Restarting(_) | Phase::AwaitChildren(After::Restart(_)) => {
                         // Children are already being stopped; end there.
                         st.actor = None;
-                        st.phase = Phase::AwaitChildren(After::Terminate(StopReason::Stopped));
+                        st.phase =
+                            Phase::AwaitChildren(After::Terminate(Box::new(StopReason::Stopped)));
                         self.core.close_children();
                     }
                     _ => {}
@@ -540,13 +976,13 @@ impl<A: Actor> ActorCell<A> {
                     if !self.core.has_children() {
                         match after {
                             After::Terminate(reason) => st.phase = Phase::Finalize(reason),
-                            After::Restart(delay) if delay.is_zero() => st.phase = Phase::Recreate,
+                            After::Restart(0) => st.phase = Phase::Recreate,
                             After::Restart(delay) => {
                                 st.phase = Phase::Backoff;
                                 self.core.status.fetch_or(SUSPENDED, Ordering::SeqCst);
                                 let me = self.clone();
                                 rt::spawn(async move {
-                                    rt::sleep(delay).await;
+                                    rt::sleep(Duration::from_nanos(delay)).await;
                                     me.core.status.fetch_and(!SUSPENDED, Ordering::SeqCst);
                                     let _ = me.send_system(SystemMessage::ResumeAfterBackoff);
                                 });
@@ -566,16 +1002,16 @@ impl<A: Actor> ActorCell<A> {
                     continue;
                 }
                 Phase::Recreate => {
-                    let Some(factory) = st.factory.as_mut() else {
-                        st.phase = Phase::Stopping(StopReason::Failed(
+                    let Some(factory) = st.factory() else {
+                        st.phase = Phase::Stopping(Box::new(StopReason::Failed(
                             "no factory to restart from".into(),
-                        ));
+                        )));
                         continue;
                     };
                     match std::panic::catch_unwind(AssertUnwindSafe(factory)) {
                         Ok(fresh) => {
                             st.actor = Some(fresh);
-                            for letter in st.held.drain(..).rev() {
+                            for letter in st.take_held().into_iter().rev() {
                                 st.batch.push_front(letter);
                             }
                             st.phase = Phase::Start;
@@ -592,7 +1028,7 @@ impl<A: Actor> ActorCell<A> {
                     continue;
                 }
                 Phase::Finalize(reason) => {
-                    self.finalize(st, reason).await;
+                    self.finalize(st, *reason).await;
                     return Step::Done;
                 }
                 Phase::Done => {
@@ -625,7 +1061,7 @@ impl<A: Actor> ActorCell<A> {
                     match st.phase {
                         Phase::Run => {}
                         Phase::AwaitChildren(After::Restart(_)) => {
-                            st.held.push(user);
+                            st.hold(user);
                             continue;
                         }
                         _ => {
@@ -646,17 +1082,7 @@ impl<A: Actor> ActorCell<A> {
                         false
                     });
                     let result = guarded(handler).await;
-                    if result == Ok(false) {
-                        tracing::debug!(actor = %self.core.path(), "handler cancelled by stop");
-                    }
-                    if st.ctx.take_unstash_request() {
-                        for letter in st.ctx.drain_stash().into_iter().rev() {
-                            st.batch.push_front(letter);
-                        }
-                    }
-                    if let Err(p) = result {
-                        self.fail(st, p);
-                    }
+                    self.after_handler(st, result);
                 }
             }
         }
@@ -669,7 +1095,7 @@ impl<A: Actor> ActorCell<A> {
             | SystemMessage::ResumeAfterBackoff => {}
             SystemMessage::PoisonPill => {
                 if matches!(st.phase, Phase::Run) {
-                    st.phase = Phase::Stopping(StopReason::Stopped);
+                    st.phase = Phase::Stopping(Box::new(StopReason::Stopped));
                 }
             }
             SystemMessage::Watch { watcher, notify } => st.ctx.add_watcher(watcher, notify),
@@ -686,7 +1112,7 @@ impl<A: Actor> ActorCell<A> {
     fn fail(self: &Arc<Self>, st: &mut RunState<A>, why: String) {
         let path = self.core.path();
         // Cloned: failures are rare, and the strategy must not borrow `st`.
-        let strategy = st.strategy.as_deref().cloned().unwrap_or_default();
+        let strategy = st.strategy();
         match &strategy {
             SupervisorStrategy::Resume => {
                 tracing::warn!(actor = %path, "actor failed, resuming: {why}");
@@ -694,27 +1120,27 @@ impl<A: Actor> ActorCell<A> {
             }
             SupervisorStrategy::Stop => {
                 tracing::error!(actor = %path, "actor failed, stopping: {why}");
-                st.phase = Phase::Stopping(StopReason::Failed(why));
+                st.phase = Phase::Stopping(Box::new(StopReason::Failed(why)));
             }
             SupervisorStrategy::Escalate => {
                 tracing::error!(actor = %path, "actor failed, escalating to its parent: {why}");
                 if let Some(parent) = &self.core.parent {
-                    let _ = parent.send_system(SystemMessage::ChildFailed {
+                    let _ = parent.clone().send_system(SystemMessage::ChildFailed {
                         child: ActorRef::from_cell(self.clone()).to_any(),
                         reason: why.clone(),
                     });
                 }
-                st.phase = Phase::Stopping(StopReason::Failed(why));
+                st.phase = Phase::Stopping(Box::new(StopReason::Failed(why)));
             }
             SupervisorStrategy::Restart(policy) => {
-                if st.factory.is_none() {
+                if st.factory().is_none() {
                     tracing::warn!(
                         actor = %path,
                         "actor failed and its strategy is restart, but it was spawned from a value and \
                          cannot be re-created (spawn it with `Props::from_factory` to allow restarts); \
                          stopping: {why}"
                     );
-                    st.phase = Phase::Stopping(StopReason::Failed(why));
+                    st.phase = Phase::Stopping(Box::new(StopReason::Failed(why)));
                     return;
                 }
                 match st.ctx.restart_stats().decide(policy, Instant::now()) {
@@ -724,11 +1150,11 @@ impl<A: Actor> ActorCell<A> {
                             policy.within
                         );
                         tracing::error!(actor = %path, "actor failed too often, stopping: {why}");
-                        st.phase = Phase::Stopping(StopReason::Failed(why));
+                        st.phase = Phase::Stopping(Box::new(StopReason::Failed(why)));
                     }
                     RestartDecision::RestartAfter(delay) => {
                         tracing::warn!(actor = %path, "actor failed, restarting in {delay:?}: {why}");
-                        st.phase = Phase::Restarting(delay);
+                        st.phase = Phase::Restarting(nanos(delay));
                     }
                 }
             }
@@ -759,7 +1185,7 @@ impl<A: Actor> ActorCell<A> {
         for (_, notify) in st.ctx.take_watchers() {
             notify(terminated.clone());
         }
-        let undelivered = st.held.drain(..).chain(
+        let undelivered = st.take_held().into_iter().chain(
             st.ctx
                 .drain_stash()
                 .into_iter()
@@ -781,7 +1207,7 @@ impl<A: Actor> ActorCell<A> {
             }
         }
         if let Some(parent) = &self.core.parent {
-            let _ = parent.send_system(SystemMessage::ChildTerminated);
+            let _ = parent.clone().send_system(SystemMessage::ChildTerminated);
         }
         tracing::debug!(actor = %self.core.path(), reason = %terminated.reason, "terminated");
         st.phase = Phase::Done;
@@ -803,19 +1229,17 @@ impl<A: Actor> ActorCell<A> {
         let cell = Arc::new(ActorCell {
             core: CellCore {
                 uid: system.next_uid(),
-                name: "$stillborn".into(),
+                // Never registered with a parent, so never looked up.
+                name: Name::Given("$stillborn".into()),
                 parent: None,
-                status: AtomicU32::new(TERMINATED),
-                children: Mutex::new(Children {
-                    closed: true,
-                    map: None,
-                }),
+                status: AtomicU32::new(TERMINATED | CHILDREN_CLOSED),
+                children: Mutex::new(Children { map: None }),
                 terminated: Event::new(),
                 system: system.clone(),
             },
             mailbox: Mailbox::new(),
             bounded: None,
-            run: Mutex::new(None),
+            run: UnsafeCell::new(None),
         });
         drop(cell.mailbox.close());
         ActorRef::from_cell(cell)

@@ -45,15 +45,15 @@ use std::time::{Duration, Instant};
 /// ```
 pub struct Context<A: Actor> {
     myself: ActorRef<A>,
-    /// Set by `stash` while a handler runs, so that the handler's envelope
-    /// hands its reply channel to the stashed copy.
-    pub(crate) stashed_current: bool,
     /// Everything an actor may never use, allocated on first use so that
     /// idle actors stay small.
     extras: Option<Box<Extras<A>>>,
 }
 
 pub(crate) struct Extras<A: Actor> {
+    /// Set by `stash` while a handler runs, so that the handler's envelope
+    /// hands its reply channel to the stashed copy.
+    stashed_current: bool,
     stash: Vec<Box<dyn UserLetter<A>>>,
     unstash_requested: bool,
     /// Actors this one watches, by uid.
@@ -69,6 +69,7 @@ pub(crate) struct Extras<A: Actor> {
 impl<A: Actor> Default for Extras<A> {
     fn default() -> Self {
         Extras {
+            stashed_current: false,
             stash: Vec::new(),
             unstash_requested: false,
             watching: HashMap::new(),
@@ -85,7 +86,6 @@ impl<A: Actor> Context<A> {
     pub(crate) fn new(myself: ActorRef<A>) -> Self {
         Context {
             myself,
-            stashed_current: false,
             extras: None,
         }
     }
@@ -116,7 +116,7 @@ impl<A: Actor> Context<A> {
 
     /// The parent (the `/user` or `/system` guardian for top-level actors).
     pub fn parent(&self) -> Option<AnyActorRef> {
-        self.cell().core.parent.clone()
+        self.cell().core.parent.clone().map(AnyActorRef::from_local)
     }
 
     /// The children that have not terminated yet.
@@ -257,8 +257,9 @@ impl<A: Actor> Context<A> {
         A: Handler<M>,
     {
         let letter: Box<dyn UserLetter<A>> = Node::new(Envelope { msg, reply: None });
-        self.extras().stash.push(letter);
-        self.stashed_current = true;
+        let ext = self.extras();
+        ext.stash.push(letter);
+        ext.stashed_current = true;
     }
 
     /// Number of stashed messages.
@@ -272,6 +273,20 @@ impl<A: Actor> Context<A> {
         if self.stash_len() > 0 {
             self.extras().unstash_requested = true;
         }
+    }
+
+    /// Forgets a `stash` of an earlier message (a handler is about to run).
+    pub(crate) fn clear_stashed_current(&mut self) {
+        if let Some(e) = self.extras.as_mut() {
+            e.stashed_current = false;
+        }
+    }
+
+    /// True (once) if the running handler stashed its message.
+    pub(crate) fn take_stashed_current(&mut self) -> bool {
+        self.extras
+            .as_mut()
+            .is_some_and(|e| std::mem::take(&mut e.stashed_current))
     }
 
     pub(crate) fn take_unstash_request(&mut self) -> bool {

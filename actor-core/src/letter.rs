@@ -7,11 +7,9 @@ use crate::message::Message;
 use crate::remote::reply::RemoteReply;
 use crate::system_message::SystemMessage;
 use std::any::Any;
-use std::future::Future;
-use std::pin::Pin;
 
-/// A boxed handler future borrowing the actor and its context.
-pub(crate) type HandlerFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+/// A handler future borrowing the actor and its context.
+pub(crate) type HandlerFuture<'a> = crate::heap_future::HeapFuture<'a>;
 
 /// Queue link stored at the start of every letter.
 pub(crate) struct Hdr<A: 'static> {
@@ -148,12 +146,11 @@ where
         ctx: &'a mut Context<A>,
     ) -> HandlerFuture<'a> {
         let Envelope { msg, mut reply } = self.body;
-        Box::pin(async move {
-            ctx.stashed_current = false;
+        HandlerFuture::new(async move {
+            ctx.clear_stashed_current();
             ctx.touch();
             let out = actor.handle(msg, ctx).await;
-            if ctx.stashed_current {
-                ctx.stashed_current = false;
+            if ctx.take_stashed_current() {
                 ctx.attach_reply_to_last_stashed(&mut reply);
             } else if let Some(reply) = reply {
                 reply.send(out);

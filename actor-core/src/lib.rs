@@ -51,6 +51,7 @@ mod cell;
 mod context;
 mod dead_letters;
 mod error;
+mod heap_future;
 mod letter;
 mod mailbox;
 mod message;

@@ -1,6 +1,9 @@
 //! Actor paths: `/user/parent/child`.
 
+use std::borrow::{Borrow, Cow};
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 /// The path of an actor in its system's hierarchy, such as `/user/a/b`.
 /// Top-level user actors live under `/user`, the runtime's own under
@@ -71,6 +74,109 @@ pub(crate) fn generated_name(mut n: u64) -> String {
     String::from_utf8_lossy(&buf[i..]).into_owned()
 }
 
+/// An actor's name as its cell keeps it: a generated name is kept as its
+/// number and only formatted when it is needed as text, so an anonymous
+/// actor costs no allocation for its name.
+#[derive(Clone)]
+pub(crate) enum Name {
+    /// Chosen by the user (never starts with `$`, except the name of a
+    /// stillborn actor, which has no parent to be looked up in).
+    Given(Arc<str>),
+    /// `generated_name(n)`.
+    Generated(u64),
+}
+
+/// A name to look up: text, or the number of a generated name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum NameKey<'a> {
+    Given(&'a str),
+    Generated(u64),
+}
+
+impl<'a> NameKey<'a> {
+    /// The key of a name written as text.
+    pub(crate) fn of(name: &'a str) -> Self {
+        if let Some(digits) = name.strip_prefix('$') {
+            if let Ok(n) = u64::from_str_radix(digits, 36) {
+                // Only the canonical spelling is a generated name.
+                if generated_name(n) == name {
+                    return NameKey::Generated(n);
+                }
+            }
+        }
+        NameKey::Given(name)
+    }
+}
+
+impl Name {
+    pub(crate) fn as_str(&self) -> Cow<'_, str> {
+        match self {
+            Name::Given(s) => Cow::Borrowed(s),
+            Name::Generated(n) => Cow::Owned(generated_name(*n)),
+        }
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_str())
+    }
+}
+
+/// What a `Name` and a `NameKey` have in common, so that a map keyed by
+/// `Name` can be searched with a borrowed `NameKey`.
+pub(crate) trait AsNameKey {
+    fn key(&self) -> NameKey<'_>;
+}
+
+impl AsNameKey for Name {
+    fn key(&self) -> NameKey<'_> {
+        match self {
+            Name::Given(s) => NameKey::Given(s),
+            Name::Generated(n) => NameKey::Generated(*n),
+        }
+    }
+}
+
+impl AsNameKey for NameKey<'_> {
+    fn key(&self) -> NameKey<'_> {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn AsNameKey + 'a> for Name {
+    fn borrow(&self) -> &(dyn AsNameKey + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn AsNameKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+impl Eq for dyn AsNameKey + '_ {}
+
+impl Hash for dyn AsNameKey + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state)
+    }
+}
+
+// `Name` hashes and compares as its key, as `Borrow` requires.
+impl PartialEq for Name {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+impl Eq for Name {}
+
+impl Hash for Name {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +190,24 @@ mod tests {
         assert!(!valid_name("a b"));
         assert_eq!(generated_name(0), "$0");
         assert_eq!(generated_name(36), "$10");
+    }
+
+    #[test]
+    fn name_keys() {
+        use std::collections::HashMap;
+        assert!(NameKey::of("$10") == NameKey::Generated(36));
+        assert!(NameKey::of("$A") == NameKey::Given("$A"), "not canonical");
+        assert!(NameKey::of("$") == NameKey::Given("$"));
+        assert!(NameKey::of("worker") == NameKey::Given("worker"));
+        let mut m: HashMap<Name, u32> = HashMap::new();
+        m.insert(Name::Given("worker".into()), 1);
+        m.insert(Name::Generated(36), 2);
+        let get = |s: &str| m.get(&NameKey::of(s) as &dyn AsNameKey).copied();
+        assert_eq!(get("worker"), Some(1));
+        assert_eq!(get("$10"), Some(2));
+        assert_eq!(get("$11"), None);
+        assert_eq!(Name::Generated(36).to_string(), "$10");
+        assert!(std::mem::size_of::<Name>() <= 24);
     }
 
     #[test]

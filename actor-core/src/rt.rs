@@ -31,6 +31,22 @@ where
     async_std::task::spawn(future)
 }
 
+/// Spawns a task that nobody awaits, straight on the executor underneath
+/// async-std: no join handle, no async-std task id or task-locals wrapper
+/// (so `async_std::task::current()` is not available inside it). Used for
+/// actor activations, where the per-task overhead is on the hot path.
+pub(crate) fn spawn_detached<F>(future: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    // async-std configures the shared executor (thread count from
+    // `ASYNC_STD_THREAD_COUNT`, thread names) the first time it spawns; make
+    // sure that happens before anything reaches the executor directly.
+    static RUNTIME_STARTED: std::sync::Once = std::sync::Once::new();
+    RUNTIME_STARTED.call_once(|| drop(async_std::task::spawn(async {})));
+    async_global_executor::spawn(future).detach();
+}
+
 /// Runs a future to completion on the current thread (for `main`, tests
 /// and examples).
 pub fn block_on<F: Future>(future: F) -> F::Output {

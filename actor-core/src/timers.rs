@@ -170,7 +170,7 @@ impl<A: Handler<M>, M: Message> UserLetter<A> for Node<A, TimerLetter<M>> {
             },
             None => false,
         };
-        Box::pin(async move {
+        HandlerFuture::new(async move {
             if current {
                 ctx.touch();
                 let _ = actor.handle(msg, ctx).await;
@@ -259,7 +259,7 @@ impl<A: Handler<ReceiveTimeout>> UserLetter<A> for Node<A, ReceiveTimeoutCheck> 
             }
             _ => false,
         };
-        Box::pin(async move {
+        HandlerFuture::new(async move {
             if fire {
                 actor.handle(ReceiveTimeout, ctx).await;
             }
