@@ -58,11 +58,17 @@ impl Actor for Watcher {
         ctx.watch_any(&t);
     }
 }
+/// Answered once the watcher has started, i.e. once its watch is queued
+/// at the target.
+#[derive(Message)]
+struct Ready;
+
 #[handlers]
 impl Watcher {
     async fn terminated(&mut self, t: Terminated) {
         let _ = self.out.try_send(t);
     }
+    async fn ready(&mut self, _m: Ready) {}
 }
 
 #[test]
@@ -151,11 +157,12 @@ fn restart_limit_exceeded_stops_and_notifies_watchers() {
             .spawn_props(worker_props(tx).with_supervisor(strategy))
             .unwrap();
         let (ttx, trx) = async_channel::unbounded();
-        system.spawn(Watcher {
+        let watcher = system.spawn(Watcher {
             target: w.to_any(),
             out: ttx,
         });
         // Make sure the watch is registered before the crashes.
+        watcher.ask(Ready).await.unwrap();
         assert_eq!(w.ask(Bump).await.unwrap(), 1);
         for _ in 0..3 {
             let _ = w.tell(Crash);
@@ -195,10 +202,11 @@ fn stop_strategy_stops_with_the_failure() {
             .spawn_props(worker_props(tx).with_supervisor(SupervisorStrategy::stop()))
             .unwrap();
         let (ttx, trx) = async_channel::unbounded();
-        system.spawn(Watcher {
+        let watcher = system.spawn(Watcher {
             target: w.to_any(),
             out: ttx,
         });
+        watcher.ask(Ready).await.unwrap();
         assert_eq!(w.ask(Bump).await.unwrap(), 1);
         w.tell(Crash).unwrap();
         let t = next(&trx).await;
