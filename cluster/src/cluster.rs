@@ -6,6 +6,8 @@ use crate::events::{ClusterEvent, CurrentClusterState};
 use crate::member::UniqueAddress;
 use crate::settings::{ClusterSettings, DowningStrategy};
 use std::fmt;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::Duration;
 use troupe_core::prelude::*;
 use troupe_core::remote::Address;
@@ -48,6 +50,8 @@ impl std::error::Error for ClusterError {}
 pub struct Cluster {
     core: ActorRef<ClusterCore>,
     self_node: UniqueAddress,
+    /// Local work that must finish before this node confirms Exiting.
+    exit_blockers: Arc<AtomicUsize>,
 }
 
 impl fmt::Debug for Cluster {
@@ -82,10 +86,25 @@ impl Cluster {
             _ => {}
         }
         core::register(system);
+        let exit_blockers = Arc::new(AtomicUsize::new(0));
         let core = system
-            .spawn_system_actor(ClusterCore::props(settings, self_node.clone()))
+            .spawn_system_actor(ClusterCore::props(
+                settings,
+                self_node.clone(),
+                exit_blockers.clone(),
+            ))
             .map_err(|e| ClusterError(format!("cannot start the cluster core: {e}")))?;
-        Ok(Cluster { core, self_node })
+        Ok(Cluster {
+            core,
+            self_node,
+            exit_blockers,
+        })
+    }
+
+    /// The count of local tasks that hold back this node's Exiting
+    /// confirmation (each singleton hosted here adds one).
+    pub(crate) fn exit_blockers(&self) -> &Arc<AtomicUsize> {
+        &self.exit_blockers
     }
 
     /// This node.

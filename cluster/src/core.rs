@@ -96,6 +96,9 @@ pub(crate) struct ClusterCore {
     stats: GossipStats,
     /// A local change not yet pushed to anyone.
     unpushed_change: bool,
+    /// Local work that must finish before this node confirms Exiting
+    /// (singletons it hosts).
+    exit_blockers: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Gossip sent by this node so far.
@@ -141,7 +144,11 @@ impl Actor for ClusterCore {
 }
 
 impl ClusterCore {
-    pub(crate) fn props(settings: ClusterSettings, self_node: UniqueAddress) -> Props<ClusterCore> {
+    pub(crate) fn props(
+        settings: ClusterSettings,
+        self_node: UniqueAddress,
+        exit_blockers: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) -> Props<ClusterCore> {
         let thresholds = UpThresholds {
             min_nr_of_members: settings.min_nr_of_members,
             min_nr_of_members_per_role: settings.min_nr_of_members_per_role.clone(),
@@ -163,6 +170,7 @@ impl ClusterCore {
             unstable_since: None,
             stats: GossipStats::default(),
             unpushed_change: false,
+            exit_blockers,
             settings,
         };
         Props::new(core).with_name(CORE_NAME)
@@ -297,6 +305,7 @@ impl ClusterCore {
         if !std::mem::take(&mut self.unpushed_change) {
             return;
         }
+        self.check_self_status(ctx);
         let g = self.gossip();
         let unseen: Vec<UniqueAddress> = g
             .members
@@ -385,11 +394,18 @@ impl ClusterCore {
             }
             return;
         }
-        if !self.gossip().has_member(&env.from) && !env.gossip.has_member(&self.self_node) {
-            tracing::debug!("gossip from unknown node {} ignored", env.from);
+        // As Akka: only members this node can reach may change its view
+        // (a removed node's late gossip, or another cluster's, is ignored).
+        if !self.gossip().has_member(&env.from) {
+            tracing::debug!("gossip from non-member {} ignored", env.from);
             return;
         }
-        if self.gossip().tombstones.contains_key(&env.from) {
+        if !self
+            .gossip()
+            .reachability
+            .is_reachable_by(&self.self_node, &env.from)
+        {
+            tracing::debug!("gossip from unreachable {} ignored", env.from);
             return;
         }
         let local = self.gossip();
@@ -545,6 +561,17 @@ impl ClusterCore {
                     self.detectors.remove(&m.node);
                 }
                 self.commit(g);
+                // A removed Exiting node would otherwise never learn it is
+                // out (nobody gossips to non-members): tell it once.
+                let exited: Vec<UniqueAddress> = actions
+                    .removed
+                    .iter()
+                    .filter(|m| m.status == MemberStatus::Exiting && m.node != self.self_node)
+                    .map(|m| m.node.clone())
+                    .collect();
+                for n in &exited {
+                    self.gossip_to(ctx, n);
+                }
             }
         } else if let Some(after) = self.settings.allow_weakly_up_members {
             let since = *self.no_convergence_since.get_or_insert_with(Instant::now);
@@ -568,6 +595,15 @@ impl ClusterCore {
     /// leader; a Down or removed one stops taking part.
     fn check_self_status(&mut self, ctx: &mut Context<Self>) {
         match self.self_member().map(|m| m.status) {
+            Some(MemberStatus::Exiting)
+                if self
+                    .exit_blockers
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    > 0 =>
+            {
+                // Local work must finish first (a singleton still hosted here).
+                tracing::debug!("exiting: waiting for local singletons to hand over");
+            }
             Some(MemberStatus::Exiting) => {
                 if let Some(leader) = self.state.leader().filter(|l| *l != self.self_node) {
                     if let Some(peer) = self.peer(ctx, &leader.address) {
@@ -588,14 +624,15 @@ impl ClusterCore {
                     "this node {} was marked Down; leaving the cluster",
                     self.self_node
                 );
-                let others: Vec<UniqueAddress> = self
-                    .gossip()
+                let g = self.gossip();
+                let others: Vec<UniqueAddress> = g
                     .members
                     .iter()
                     .filter(|m| m.node != self.self_node)
+                    .filter(|m| g.reachability.is_reachable_by(&self.self_node, &m.node))
                     .map(|m| m.node.clone())
                     .collect();
-                for n in others.iter().take(5) {
+                for n in &others {
                     self.gossip_to(ctx, n);
                 }
                 self.joining = Joining::Idle;
@@ -667,6 +704,14 @@ impl ClusterCore {
                 changed = true;
             }
         }
+        // Nodes this node no longer monitors (the ring moved) count as
+        // reachable, as in Akka: otherwise its old mark would stay forever.
+        for node in reach.all_unreachable_from(&me) {
+            if !self.detectors.contains_key(&node) && g.has_member(&node) {
+                reach = reach.reachable(&me, &node);
+                changed = true;
+            }
+        }
         if changed {
             let mut g = self.gossip().clone();
             g.reachability = reach;
@@ -697,9 +742,13 @@ impl ClusterCore {
             }
             self.unreachable_seen = (unreachable.clone(), now);
         }
-        if unreachable.is_empty() {
+        if unreachable.is_empty() || d_is_none(&self.settings.downing.strategy) {
             self.unstable_since = None;
             return;
+        }
+        // Quiet for twice stable-after: the instability is over (Akka).
+        if now.duration_since(self.unreachable_seen.1) >= self.settings.downing.stable_after * 2 {
+            self.unstable_since = Some(self.unreachable_seen.1);
         }
         if !self.state.is_leader() {
             return;
@@ -785,6 +834,10 @@ impl ClusterCore {
         g.update([m.with_status(status)]);
         self.commit(g);
     }
+}
+
+fn d_is_none(s: &DowningStrategy) -> bool {
+    matches!(s, DowningStrategy::None)
 }
 
 /// A short digest of who has seen the state (FNV-1a over their clock

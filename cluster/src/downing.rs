@@ -101,9 +101,11 @@ pub fn decide(
             };
             let oldest_here = !unreachable.contains(&oldest.node);
             match (oldest_here, *down_if_alone) {
-                (true, true) if kept.len() == 1 && !lost.is_empty() => Decision::DownReachable,
+                // Alone against at least two: the oldest goes (Akka's rule;
+                // in a two-node cluster the oldest stays).
+                (true, true) if kept.len() == 1 && lost.len() >= 2 => Decision::DownReachable,
                 (true, _) => Decision::DownUnreachable,
-                (false, true) if lost.len() == 1 && !kept.is_empty() => Decision::DownUnreachable,
+                (false, true) if lost.len() == 1 && kept.len() >= 2 => Decision::DownUnreachable,
                 (false, _) => Decision::DownReachable,
             }
         }

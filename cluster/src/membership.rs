@@ -228,7 +228,7 @@ impl MembershipState {
             }
             match m.status {
                 MemberStatus::Joining | MemberStatus::WeaklyUp if enough => {
-                    next_up += 1;
+                    next_up = next_up.saturating_add(1);
                     changed.push(m.up(next_up));
                 }
                 MemberStatus::Leaving => changed.push(m.with_status(MemberStatus::Exiting)),

@@ -197,6 +197,15 @@ fn leaving_members_exit_and_are_removed_also_the_leader() {
         // A new leader among the rest.
         let new_leader = nodes[0].cluster.state().await.unwrap().leader.unwrap();
         assert_ne!(new_leader, leader);
+        // The node that left learns that it was removed, and its core stops.
+        let start_t = Instant::now();
+        while leaving.cluster.state().await.is_ok() {
+            assert!(
+                start_t.elapsed() < DEADLINE,
+                "the leaving node never learnt it was removed"
+            );
+            rt::sleep(Duration::from_millis(50)).await;
+        }
         shutdown(nodes).await;
         leaving.system.shutdown().await;
     });

@@ -6,6 +6,8 @@ use crate::events::CurrentClusterState;
 use crate::member::{Member, MemberStatus, UniqueAddress};
 use crate::singleton::protocol::{HandOverReply, HandOverToMe, WhereIsSingleton};
 use crate::singleton::settings::ClusterSingletonSettings;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use troupe_core::prelude::*;
 use troupe_core::{rt, Props};
@@ -30,17 +32,18 @@ pub(crate) struct ClusterGone;
 #[derive(Debug, Clone, Copy, Message)]
 pub(crate) struct RetryHandOver;
 
-/// The previous oldest answered.
+/// An older member answered a hand-over request.
 #[derive(Debug, Message)]
-pub(crate) struct HandOverAnswer(HandOverReply);
+pub(crate) struct HandOverAnswer(UniqueAddress, HandOverReply);
 
 /// Where the manager stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
     /// Not the oldest: no instance here.
     Younger,
-    /// The oldest, waiting for `previous` to hand over.
-    TakingOver { previous: UniqueAddress },
+    /// The oldest, waiting until every older member still in the cluster
+    /// has handed over (answered Done) or is removed.
+    TakingOver { pending: BTreeSet<UniqueAddress> },
     /// The oldest, hosting the instance.
     Oldest,
     /// Was the oldest; the instance is stopping for a hand-over.
@@ -88,12 +91,6 @@ impl<A: Actor> SingletonManager<A> {
             .map(|m| m.node.clone())
     }
 
-    fn is_member(&self, node: &UniqueAddress) -> bool {
-        self.members
-            .iter()
-            .any(|m| &m.node == node && m.status != MemberStatus::Removed)
-    }
-
     fn start_instance(&mut self, ctx: &mut Context<Self>) {
         if self.instance.is_some() {
             return;
@@ -102,6 +99,9 @@ impl<A: Actor> SingletonManager<A> {
         match ctx.spawn_props(props) {
             Ok(r) => {
                 tracing::info!("singleton {} started on {}", r, self.cluster.self_address());
+                // Hosting holds back this node's Exiting confirmation
+                // until the instance has been handed over or stopped.
+                self.cluster.exit_blockers().fetch_add(1, Ordering::AcqRel);
                 self.instance = Some(r);
                 self.phase = Phase::Oldest;
             }
@@ -116,7 +116,23 @@ impl<A: Actor> SingletonManager<A> {
             i.stop();
             i.wait_for_termination().await;
             tracing::info!("singleton {} stopped on {}", i, self.cluster.self_address());
+            self.cluster.exit_blockers().fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// Members older than this node (of the role) that are still in the
+    /// cluster: each may host, or be about to host, an instance.
+    fn older_members(&self, me: &UniqueAddress) -> BTreeSet<UniqueAddress> {
+        let Some(mine) = self.members.iter().find(|m| &m.node == me) else {
+            return BTreeSet::new();
+        };
+        self.members
+            .iter()
+            .filter(|m| &m.node != me && m.status != MemberStatus::Removed)
+            .filter(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)))
+            .filter(|m| m.is_older_than(mine))
+            .map(|m| m.node.clone())
+            .collect()
     }
 
     async fn on_membership(&mut self, state: CurrentClusterState, ctx: &mut Context<Self>) {
@@ -130,20 +146,27 @@ impl<A: Actor> SingletonManager<A> {
             self.leave_cluster().await;
             return;
         }
-        let new_oldest = self.oldest_of(&self.members);
-        let previous = std::mem::replace(&mut self.oldest, new_oldest.clone());
+        self.oldest = self.oldest_of(&self.members);
         if self.phase == Phase::Gone {
             return;
         }
-        let i_am_oldest = new_oldest.as_ref() == Some(&me);
-        match (&self.phase, i_am_oldest) {
-            (Phase::Younger, true) => match previous.filter(|p| *p != me) {
-                // Someone else had it and is still around: ask it to hand over.
-                Some(prev) if self.is_member(&prev) => {
+        let i_am_oldest = self.oldest.as_ref() == Some(&me);
+        // Leaving with nobody to hand over to: stop, so that the exit can go on.
+        if matches!(my_status, Some(MemberStatus::Exiting)) && self.oldest.is_none() {
+            self.stop_instance().await;
+            self.phase = Phase::Younger;
+            return;
+        }
+        match (&mut self.phase, i_am_oldest) {
+            (Phase::Younger, true) => {
+                let pending = self.older_members(&me);
+                if pending.is_empty() {
+                    self.start_instance(ctx);
+                } else {
                     tracing::info!(
-                        "{me} is the oldest now; asking {prev} to hand the singleton over"
+                        "{me} is the oldest now; asking {pending:?} to hand the singleton over"
                     );
-                    self.phase = Phase::TakingOver { previous: prev };
+                    self.phase = Phase::TakingOver { pending };
                     self.request_hand_over(ctx);
                     ctx.start_periodic_timer(
                         "hand-over",
@@ -151,13 +174,22 @@ impl<A: Actor> SingletonManager<A> {
                         self.settings.hand_over_retry_interval,
                     );
                 }
-                // Nobody had it, or the previous host is gone (removed).
-                _ => self.start_instance(ctx),
-            },
-            (Phase::TakingOver { previous }, true) if !self.is_member(previous) => {
-                tracing::info!("previous singleton host {previous} was removed; taking over");
-                ctx.cancel_timer("hand-over");
-                self.start_instance(ctx);
+            }
+            (Phase::TakingOver { pending }, true) => {
+                let members: BTreeSet<UniqueAddress> = self
+                    .members
+                    .iter()
+                    .filter(|m| m.status != MemberStatus::Removed)
+                    .map(|m| m.node.clone())
+                    .collect();
+                pending.retain(|n| members.contains(n));
+                if pending.is_empty() {
+                    tracing::info!(
+                        "every previous singleton host handed over or was removed; taking over"
+                    );
+                    ctx.cancel_timer("hand-over");
+                    self.start_instance(ctx);
+                }
             }
             (Phase::TakingOver { .. }, false) => {
                 ctx.cancel_timer("hand-over");
@@ -166,27 +198,31 @@ impl<A: Actor> SingletonManager<A> {
             // Still the oldest: make sure the instance runs.
             (Phase::Oldest, true) => self.start_instance(ctx),
             // No longer the oldest (this node is leaving): the new oldest
-            // will ask for the hand-over; until then the instance runs.
+            // asks for the hand-over; until then the instance runs.
             _ => {}
         }
     }
 
     fn request_hand_over(&mut self, ctx: &mut Context<Self>) {
-        let Phase::TakingOver { previous } = &self.phase else {
-            return;
-        };
-        let path = format!("{}/system/{}", previous.address, ctx.myself().path().name());
-        let Ok(prev) = ctx.system().resolve::<SingletonManager<A>>(&path) else {
+        let Phase::TakingOver { pending } = &self.phase else {
             return;
         };
         let me = ctx.myself().clone();
         let from = self.cluster.self_node().clone();
         let timeout = self.settings.hand_over_retry_interval;
-        rt::spawn(async move {
-            if let Ok(answer) = prev.ask_timeout(HandOverToMe { from }, timeout).await {
-                let _ = me.tell(HandOverAnswer(answer));
-            }
-        });
+        let name = ctx.myself().path().name().to_string();
+        for older in pending.clone() {
+            let path = format!("{}/system/{name}", older.address);
+            let Ok(prev) = ctx.system().resolve::<SingletonManager<A>>(&path) else {
+                continue;
+            };
+            let (me, from) = (me.clone(), from.clone());
+            rt::spawn(async move {
+                if let Ok(answer) = prev.ask_timeout(HandOverToMe { from }, timeout).await {
+                    let _ = me.tell(HandOverAnswer(older, answer));
+                }
+            });
+        }
     }
 
     async fn leave_cluster(&mut self) {
@@ -216,13 +252,21 @@ impl<A: Actor> Actor for SingletonManager<A> {
             while events.recv().await.is_ok() {
                 // Coalesce a burst of events into one state.
                 while events.try_recv().is_ok() {}
-                match cluster.state().await {
-                    Ok(s) => {
+                // A busy core is not a gone one: retry until it answers or stops.
+                let state = loop {
+                    match cluster.state().await {
+                        Ok(s) => break Some(s),
+                        Err(troupe_core::AskError::Timeout(_)) => continue,
+                        Err(_) => break None,
+                    }
+                };
+                match state {
+                    Some(s) => {
                         if me.tell(Membership(Box::new(s))).is_err() {
                             return;
                         }
                     }
-                    Err(_) => break,
+                    None => break,
                 }
             }
             let _ = me.tell(ClusterGone);
@@ -249,9 +293,15 @@ impl<A: Actor> SingletonManager<A> {
     }
 
     async fn hand_over_answer(&mut self, a: HandOverAnswer, ctx: &mut Context<Self>) {
-        if matches!(self.phase, Phase::TakingOver { .. }) && a.0 == HandOverReply::Done {
-            ctx.cancel_timer("hand-over");
-            self.start_instance(ctx);
+        let Phase::TakingOver { pending } = &mut self.phase else {
+            return;
+        };
+        if a.1 == HandOverReply::Done {
+            pending.remove(&a.0);
+            if pending.is_empty() {
+                ctx.cancel_timer("hand-over");
+                self.start_instance(ctx);
+            }
         }
     }
 
