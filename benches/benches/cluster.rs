@@ -116,7 +116,9 @@ fn main() {
                 None => println!("{n:>3} nodes: did not converge within 120 s"),
             }
             if n == 25 && took.is_some() {
-                // Converged: measure gossip over 10 s.
+                // Converged: let the last changes settle (the final moves
+                // to Up spread as full states), then measure over 10 s.
+                rt::sleep(Duration::from_secs(5)).await;
                 let before: Vec<u64> = futures_collect(&nodes).await;
                 let window = Duration::from_secs(10);
                 rt::sleep(window).await;
