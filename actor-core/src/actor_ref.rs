@@ -5,7 +5,9 @@ use crate::ask_timeouts;
 use crate::cell::{ActorCell, AnyCell, CellCore};
 use crate::context::Context;
 use crate::error::{AskError, TellError};
-use crate::letter::{Envelope, HandlerFuture, Hdr, Letter, Node, Opened, ReplyTo, UserLetter};
+use crate::letter::{
+    Envelope, HandlerFuture, Hdr, Letter, Node, Opened, ReplyTo, Sent, UserLetter,
+};
 use crate::message::Message;
 use crate::path::ActorPath;
 use crate::remote::RemoteTarget;
@@ -132,18 +134,88 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
+        self.send_letter(msg, reply, None)
+    }
+
+    /// Sends `msg` with a sender: the receiving handler finds it in
+    /// [`Context::sender`] (for this message only). Typed actors usually put
+    /// a reply-to reference in the message instead; this is for protocols
+    /// that answer whoever asked, as Akka's classic `sender()`.
+    ///
+    /// ```
+    /// use troupe_core::prelude::*;
+    ///
+    /// #[derive(Message)]
+    /// struct Hello;
+    ///
+    /// struct Greeter;
+    /// impl Actor for Greeter {}
+    ///
+    /// #[handlers]
+    /// impl Greeter {
+    ///     async fn hello(&mut self, _m: Hello, ctx: &mut Context<Self>) {
+    ///         if let Some(from) = ctx.sender() {
+    ///             tracing::info!("hello from {from}");
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// troupe_core::rt::block_on(async {
+    ///     let system = ActorSystem::new("doc").unwrap();
+    ///     let a = system.spawn(Greeter);
+    ///     let b = system.spawn(Greeter);
+    ///     a.tell_from(Hello, &b.to_any()).unwrap();
+    ///     system.shutdown().await;
+    /// });
+    /// ```
+    pub fn tell_from<M>(&self, msg: M, sender: &AnyActorRef) -> Result<(), TellError<M>>
+    where
+        M: Message,
+        A: Handler<M>,
+    {
+        self.send_letter(msg, None, Some(sender.clone()))
+    }
+
+    /// Queues `msg` with where its reply goes and who sent it.
+    pub(crate) fn send_letter<M>(
+        &self,
+        msg: M,
+        reply: Option<ReplyTo<M::Reply>>,
+        sender: Option<AnyActorRef>,
+    ) -> Result<(), TellError<M>>
+    where
+        M: Message,
+        A: Handler<M>,
+    {
         let cell = match &self.target {
             Target::Local(cell) => cell,
-            Target::Remote(r) => return r.tell(msg),
+            Target::Remote(r) => {
+                return match &sender {
+                    Some(s) => r.tell_from(msg, s),
+                    None => r.tell(msg),
+                }
+            }
         };
         if let Some(b) = &cell.bounded {
             if !b.try_reserve() {
                 return Err(TellError::MailboxFull(msg));
             }
         }
-        match cell.enqueue(Node::new(Envelope { msg, reply })) {
+        let Some(sender) = sender else {
+            return match cell.enqueue(Node::new(Envelope { msg, reply })) {
+                Ok(()) => Ok(()),
+                Err(node) => Err(TellError::Stopped(Self::undeliverable(cell, node))),
+            };
+        };
+        match cell.enqueue(Node::new(Sent { msg, reply, sender })) {
             Ok(()) => Ok(()),
-            Err(node) => Err(TellError::Stopped(Self::undeliverable(cell, node))),
+            Err(node) => {
+                if let Some(b) = &cell.bounded {
+                    b.release();
+                }
+                cell.dead_letter(M::manifest());
+                Err(TellError::Stopped(node.body.msg))
+            }
         }
     }
 

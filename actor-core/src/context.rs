@@ -64,6 +64,8 @@ pub(crate) struct Extras<A: Actor> {
     pub(crate) next_timer_generation: u64,
     pub(crate) receive_timeout: Option<ReceiveTimeoutState>,
     restarts: RestartStats,
+    /// The sender of the message being handled, if it was sent with one.
+    sender: Option<AnyActorRef>,
 }
 
 impl<A: Actor> Default for Extras<A> {
@@ -78,6 +80,7 @@ impl<A: Actor> Default for Extras<A> {
             next_timer_generation: 0,
             receive_timeout: None,
             restarts: RestartStats::default(),
+            sender: None,
         }
     }
 }
@@ -102,6 +105,24 @@ impl<A: Actor> Context<A> {
         self.myself
             .local_cell()
             .expect("a context always belongs to a local actor")
+    }
+
+    /// The sender of the message being handled, when it was sent with
+    /// [`ActorRef::tell_from`] (locally or from another node); `None`
+    /// otherwise. A stashed message loses its sender.
+    pub fn sender(&self) -> Option<&AnyActorRef> {
+        self.extras.as_ref().and_then(|e| e.sender.as_ref())
+    }
+
+    pub(crate) fn set_sender(&mut self, sender: Option<AnyActorRef>) {
+        match sender {
+            Some(s) => self.extras().sender = Some(s),
+            None => {
+                if let Some(e) = self.extras.as_mut() {
+                    e.sender = None;
+                }
+            }
+        }
     }
 
     /// This actor's own reference.

@@ -2,6 +2,7 @@
 //! holds the queue link, the message and (for an ask) the reply channel.
 
 use crate::actor::{Actor, Handler};
+use crate::actor_ref::AnyActorRef;
 use crate::context::Context;
 use crate::message::Message;
 use crate::remote::reply::RemoteReply;
@@ -150,6 +151,67 @@ where
             ctx.clear_stashed_current();
             ctx.touch();
             let out = actor.handle(msg, ctx).await;
+            if ctx.take_stashed_current() {
+                ctx.attach_reply_to_last_stashed(&mut reply);
+            } else if let Some(reply) = reply {
+                reply.send(out);
+            }
+        })
+    }
+
+    fn attach_reply(&mut self, reply: &mut dyn Any) {
+        if let Some(slot) = reply.downcast_mut::<Option<ReplyTo<M::Reply>>>() {
+            self.body.reply = slot.take();
+        }
+    }
+}
+
+/// A user message with its sender (`ActorRef::tell_from`): the handler
+/// sees the sender in `Context::sender`. A separate body, so that plain
+/// tells carry nothing for it.
+pub(crate) struct Sent<M: Message> {
+    pub(crate) msg: M,
+    pub(crate) reply: Option<ReplyTo<M::Reply>>,
+    pub(crate) sender: AnyActorRef,
+}
+
+impl<A, M> Letter<A> for Node<A, Sent<M>>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    fn hdr_ptr(&mut self) -> *mut Hdr<A> {
+        self.hdr_mut()
+    }
+    fn open(self: Box<Self>) -> Opened<A> {
+        Opened::User(self)
+    }
+    fn type_name(&self) -> &'static str {
+        M::manifest()
+    }
+}
+
+impl<A, M> UserLetter<A> for Node<A, Sent<M>>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    fn deliver<'a>(
+        self: Box<Self>,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> HandlerFuture<'a> {
+        let Sent {
+            msg,
+            mut reply,
+            sender,
+        } = self.body;
+        HandlerFuture::new(async move {
+            ctx.clear_stashed_current();
+            ctx.touch();
+            ctx.set_sender(Some(sender));
+            let out = actor.handle(msg, ctx).await;
+            ctx.set_sender(None);
             if ctx.take_stashed_current() {
                 ctx.attach_reply_to_last_stashed(&mut reply);
             } else if let Some(reply) = reply {

@@ -42,6 +42,10 @@ struct Panic;
 #[derive(Message, Serialize, Deserialize, Debug)]
 struct Unregistered;
 
+/// Answers `Pong` to whoever sent it (`tell_from`).
+#[derive(Message, Serialize, Deserialize, Debug)]
+struct EchoSender(u64);
+
 #[derive(Message, Serialize, Deserialize, Debug)]
 struct Blob(#[serde(with = "serde_bytes")] Vec<u8>);
 
@@ -73,6 +77,13 @@ impl Counter {
         panic!("boom")
     }
     async fn unregistered(&mut self, _msg: Unregistered, _ctx: &mut Context<Self>) {}
+    async fn echo_sender(&mut self, msg: EchoSender, ctx: &mut Context<Self>) {
+        let to = ctx
+            .sender()
+            .and_then(|s| s.downcast::<Collector>())
+            .expect("a sender");
+        to.tell(Pong(msg.0)).unwrap();
+    }
     async fn blob(&mut self, _msg: Blob, _ctx: &mut Context<Self>) {}
 }
 
@@ -125,6 +136,7 @@ fn node_with(name: &str, remote: RemoteSettings) -> ActorSystem {
         .register::<Counter, PingTo>()
         .register::<Counter, Panic>()
         .register::<Counter, Blob>()
+        .register::<Counter, EchoSender>()
         .register::<Collector, Pong>();
     system
 }
@@ -173,6 +185,19 @@ fn tell_ask_and_refs_inside_messages() {
             })
             .unwrap();
         assert_eq!(next(&rx).await, 42);
+
+        // The sender of `tell_from` reaches the remote handler, locally too.
+        let (tx, rx) = async_channel::unbounded();
+        let collector = a.spawn(Collector(tx));
+        counter
+            .tell_from(EchoSender(7), &collector.to_any())
+            .unwrap();
+        assert_eq!(next(&rx).await, 7);
+        let local_counter = a.spawn(Counter::default());
+        local_counter
+            .tell_from(EchoSender(8), &collector.to_any())
+            .unwrap();
+        assert_eq!(next(&rx).await, 8);
 
         // A panicking handler answers the remote asker with an error, promptly.
         b.spawn_named("crasher", Counter::default()).unwrap();

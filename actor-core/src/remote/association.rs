@@ -90,6 +90,7 @@ impl Association {
     fn encode_user<M: Message>(
         &self,
         to: &RemotePath,
+        from: &str,
         msg: &M,
         ask: u64,
     ) -> Result<(Stream, Vec<u8>), SendError> {
@@ -104,7 +105,7 @@ impl Association {
             .registry
             .codec_of::<M>()
             .ok_or_else(|| SendError::NotSendable(not_registered::<M>()))?;
-        let frame = wire::encode_msg(&to.path, to.uid, codec.manifest, ask, |b| {
+        let frame = wire::encode_msg(&to.path, to.uid, from, codec.manifest, ask, |b| {
             (codec.encode)(msg, b)
         })
         .map_err(|e| SendError::NotSendable(format!("`{}` did not encode: {e}", codec.manifest)))?;
@@ -128,10 +129,11 @@ impl Association {
     pub(crate) fn send_user<M: Message>(
         &self,
         to: &RemotePath,
+        from: &str,
         msg: &M,
         ask: u64,
     ) -> Result<(), SendError> {
-        let (stream, frame) = self.encode_user(to, msg, ask)?;
+        let (stream, frame) = self.encode_user(to, from, msg, ask)?;
         if self.enqueue(stream, frame) {
             Ok(())
         } else {
@@ -147,7 +149,7 @@ impl Association {
         msg: &M,
         ask: u64,
     ) -> Result<(), SendError> {
-        let (stream, frame) = self.encode_user(to, msg, ask)?;
+        let (stream, frame) = self.encode_user(to, "", msg, ask)?;
         self.ensure_writer(stream);
         if self.lane(stream).send(frame).await {
             Ok(())

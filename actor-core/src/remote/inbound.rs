@@ -162,8 +162,25 @@ impl InboundHandler {
                 return;
             }
         };
+        let sender = if m.from.is_empty() {
+            None
+        } else {
+            let parsed = serde_context::with_system(&self.remoting.system, || {
+                crate::remote::remote_ref::any_ref_from_wire(m.from)
+            });
+            match parsed {
+                Ok(r) => Some(r),
+                Err(why) => {
+                    self.remoting.log_bad_input(format_args!(
+                        "a `{}` from {} has an unusable sender ({why}); delivered without it",
+                        m.manifest, self.assoc.address
+                    ));
+                    None
+                }
+            }
+        };
         let result = serde_context::with_system(&self.remoting.system, || {
-            dispatch(&target, m.payload, reply)
+            dispatch(&target, m.payload, reply, sender)
         });
         match result {
             Ok(()) | Err(DispatchError::Stopped) => {}

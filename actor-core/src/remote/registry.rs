@@ -24,7 +24,7 @@ pub(crate) type EncodeFn = fn(&dyn Any, &mut Vec<u8>) -> Result<(), String>;
 pub(crate) type DecodeReplyFn = fn(&[u8]) -> Result<Box<dyn Any + Send>, String>;
 /// Decodes a message and queues it for a local actor.
 pub(crate) type DispatchFn =
-    fn(&AnyActorRef, &[u8], Option<ReplySink>) -> Result<(), DispatchError>;
+    fn(&AnyActorRef, &[u8], Option<ReplySink>, Option<AnyActorRef>) -> Result<(), DispatchError>;
 
 /// Why an incoming message could not be handed to its recipient.
 #[derive(Debug)]
@@ -80,6 +80,7 @@ fn dispatch<A, M>(
     target: &AnyActorRef,
     payload: &[u8],
     reply: Option<ReplySink>,
+    sender: Option<AnyActorRef>,
 ) -> Result<(), DispatchError>
 where
     A: Handler<M>,
@@ -104,7 +105,7 @@ where
         }
     };
     let reply = reply.map(|sink| ReplyTo::Remote(RemoteReply::new(sink, encode_reply::<M::Reply>)));
-    match actor.tell_with_reply(msg, reply) {
+    match actor.send_letter(msg, reply, sender) {
         Ok(()) => Ok(()),
         Err(TellError::MailboxFull(_)) => Err(DispatchError::MailboxFull),
         Err(_) => Err(DispatchError::Stopped),

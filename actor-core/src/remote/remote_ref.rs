@@ -43,7 +43,24 @@ impl RemoteTarget {
     }
 
     pub(crate) fn tell<M: Message>(&self, msg: M) -> Result<(), TellError<M>> {
-        match self.assoc.send_user(&self.path, &msg, 0) {
+        match self.assoc.send_user(&self.path, "", &msg, 0) {
+            Ok(()) => Ok(()),
+            Err(SendError::Full) => Err(TellError::MailboxFull(msg)),
+            Err(SendError::NotSendable(why)) => Err(TellError::NotSendable(msg, why)),
+        }
+    }
+
+    /// Sends with a sender the receiver sees as `ctx.sender()`.
+    pub(crate) fn tell_from<M: Message>(
+        &self,
+        msg: M,
+        sender: &AnyActorRef,
+    ) -> Result<(), TellError<M>> {
+        let from = match wire_path(sender) {
+            Ok(p) => p,
+            Err(why) => return Err(TellError::NotSendable(msg, why)),
+        };
+        match self.assoc.send_user(&self.path, &from, &msg, 0) {
             Ok(()) => Ok(()),
             Err(SendError::Full) => Err(TellError::MailboxFull(msg)),
             Err(SendError::NotSendable(why)) => Err(TellError::NotSendable(msg, why)),
@@ -85,7 +102,7 @@ impl RemoteTarget {
                 let _ = tx.send(reply);
             }),
         );
-        match self.assoc.send_user(&self.path, &msg, id) {
+        match self.assoc.send_user(&self.path, "", &msg, id) {
             Ok(()) => Ok(rx),
             Err(e) => {
                 remoting.asks.cancel(id);
@@ -149,6 +166,17 @@ fn from_wire_path(text: &str) -> Result<AnyActorRefOrDead, String> {
     Ok(AnyActorRefOrDead::Live(AnyActorRef::from_remote(Arc::new(
         RemoteTarget { path, assoc },
     ))))
+}
+
+/// The reference named by a full path, in the decoding system (a local
+/// actor that is gone becomes a reference whose messages are dead letters).
+pub(crate) fn any_ref_from_wire(text: &str) -> Result<AnyActorRef, String> {
+    Ok(match from_wire_path(text)? {
+        AnyActorRefOrDead::Live(r) => r,
+        AnyActorRefOrDead::Dead(system) => {
+            ActorCell::<crate::system::Guardian>::stillborn(&system).to_any()
+        }
+    })
 }
 
 /// A decoded reference: live, or to a local actor that is gone.

@@ -63,6 +63,8 @@ pub(crate) struct UserMsg<'a> {
     pub(crate) to: &'a str,
     /// The recipient's uid, 0 for any incarnation.
     pub(crate) to_uid: u64,
+    /// The sender's full path (`tell_from`), empty for none.
+    pub(crate) from: &'a str,
     pub(crate) manifest: &'a str,
     /// Non-zero for an ask: the id the reply refers to.
     pub(crate) ask: u64,
@@ -187,16 +189,18 @@ impl FrameBuf {
 pub(crate) fn encode_msg<E>(
     to: &str,
     to_uid: u64,
+    from: &str,
     manifest: &str,
     ask: u64,
     write_payload: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
 ) -> Result<Vec<u8>, E> {
-    let mut f = FrameBuf::start(TAG_MSG, 48 + to.len() + manifest.len());
+    let mut f = FrameBuf::start(TAG_MSG, 48 + to.len() + from.len() + manifest.len());
     let b = &mut f.buf;
     // The same layout rmp-serde gives `UserMsg` (a struct as an array).
-    rmp::encode::write_array_len(b, 5).expect("vec write");
+    rmp::encode::write_array_len(b, 6).expect("vec write");
     rmp::encode::write_str(b, to).expect("vec write");
     rmp::encode::write_uint(b, to_uid).expect("vec write");
+    rmp::encode::write_str(b, from).expect("vec write");
     rmp::encode::write_str(b, manifest).expect("vec write");
     rmp::encode::write_uint(b, ask).expect("vec write");
     // bin32 header patched once the payload's length is known.
@@ -282,7 +286,7 @@ mod tests {
             decode(body(&encode_hello(&hello))).unwrap(),
             Frame::Hello(hello)
         );
-        let m = encode_msg::<()>("/user/x", 9, "m::M", 3, |b| {
+        let m = encode_msg::<()>("/user/x", 9, "troupe://a@h:1/user/s#2", "m::M", 3, |b| {
             b.extend_from_slice(b"abc");
             Ok(())
         })
@@ -292,6 +296,7 @@ mod tests {
             Frame::Msg(UserMsg {
                 to: "/user/x",
                 to_uid: 9,
+                from: "troupe://a@h:1/user/s#2",
                 manifest: "m::M",
                 ask: 3,
                 payload: b"abc"
@@ -357,7 +362,7 @@ mod tests {
             flip in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
             payload in proptest::collection::vec(any::<u8>(), 0..64),
         ) {
-            let mut f = encode_msg::<()>("/user/a", 1, "x::Y", 0, |b| { b.extend_from_slice(&payload); Ok(()) }).unwrap();
+            let mut f = encode_msg::<()>("/user/a", 1, "", "x::Y", 0, |b| { b.extend_from_slice(&payload); Ok(()) }).unwrap();
             for (i, v) in flip {
                 let i = i.index(f.len());
                 f[i] = v;
