@@ -337,3 +337,31 @@ fn a_corrupt_store_is_a_clear_error_naming_the_file() {
         let _ = std::fs::remove_dir_all(dir);
     });
 }
+
+#[test]
+fn a_set_of_twenty_thousand_elements_replicates() {
+    rt::block_on(async {
+        let nodes = start_nodes(3, None);
+        all_up(&nodes).await;
+        let key = Key::<ORSet<String>>::new("big");
+        let me = nodes[0].cluster.self_node().clone();
+        nodes[0]
+            .replicator
+            .update(&key, ORSet::new(), MAJORITY_W, move |mut s| {
+                for i in 0..20_000 {
+                    s.add(&me, format!("order-{i:06}"));
+                }
+                s
+            })
+            .await
+            .unwrap();
+        let got = nodes[2]
+            .replicator
+            .get(&key, MAJORITY_R)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.len(), 20_000);
+        shutdown(nodes).await;
+    });
+}

@@ -11,6 +11,49 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+/// Replicas larger than this are compressed (zlib) on the wire and on
+/// disk: a large OR-set repeats its nodes' addresses in every dot, which
+/// compresses about tenfold, so keys of tens of thousands of entries stay
+/// within the remote frame limit.
+const COMPRESS_ABOVE: usize = 16 * 1024;
+/// First byte of an encoded replica: plain MessagePack or compressed.
+const PLAIN: u8 = 0;
+const ZLIB: u8 = 1;
+
+/// Encodes a value: a marker byte, then MessagePack, compressed if large.
+fn encode_value<T: Serialize>(value: &T) -> Vec<u8> {
+    let plain = rmp_serde::to_vec(value).expect("replicated data encodes");
+    if plain.len() <= COMPRESS_ABOVE {
+        let mut out = Vec::with_capacity(plain.len() + 1);
+        out.push(PLAIN);
+        out.extend_from_slice(&plain);
+        return out;
+    }
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(vec![ZLIB], flate2::Compression::fast());
+    z.write_all(&plain).expect("writing to a Vec");
+    z.finish().expect("writing to a Vec")
+}
+
+/// Decodes what `encode_value` made (untrusted input: errors, no panics).
+fn decode_value<T: DeserializeOwned>(bytes: &[u8], name: &str) -> Result<T, String> {
+    let bad = |e: String| format!("a `{name}` did not decode: {e}");
+    match bytes.split_first() {
+        Some((&PLAIN, rest)) => rmp_serde::from_slice(rest).map_err(|e| bad(e.to_string())),
+        Some((&ZLIB, rest)) => {
+            use std::io::Read;
+            let mut plain = Vec::new();
+            // Bounded: a replica never inflates past 64 MiB.
+            flate2::read::ZlibDecoder::new(rest)
+                .take(64 << 20)
+                .read_to_end(&mut plain)
+                .map_err(|e| bad(e.to_string()))?;
+            rmp_serde::from_slice(&plain).map_err(|e| bad(e.to_string()))
+        }
+        _ => Err(bad("unknown encoding".into())),
+    }
+}
+
 /// A replica of some data type, type-erased.
 pub(crate) trait Erased: Send + Sync {
     /// Merges an encoded replica of the same type into a new value.
@@ -28,15 +71,14 @@ struct Typed<T> {
 
 impl<T: ReplicatedData + Serialize + DeserializeOwned> Erased for Typed<T> {
     fn merge_encoded(&self, bytes: &[u8]) -> Result<Box<dyn Erased>, String> {
-        let other: T = rmp_serde::from_slice(bytes)
-            .map_err(|e| format!("a `{}` did not decode: {e}", self.name))?;
+        let other: T = decode_value(bytes, self.name)?;
         Ok(Box::new(Typed {
             value: self.value.merge(&other),
             name: self.name,
         }))
     }
     fn encode(&self) -> Vec<u8> {
-        rmp_serde::to_vec(&self.value).expect("replicated data encodes")
+        encode_value(&self.value)
     }
     fn as_any(&self) -> &dyn Any {
         &self.value
@@ -66,8 +108,7 @@ fn decode<T: ReplicatedData + Serialize + DeserializeOwned>(
     bytes: &[u8],
     name: &'static str,
 ) -> Result<Box<dyn Erased>, String> {
-    let value: T =
-        rmp_serde::from_slice(bytes).map_err(|e| format!("a `{name}` did not decode: {e}"))?;
+    let value: T = decode_value(bytes, name)?;
     Ok(erase(value, name))
 }
 
