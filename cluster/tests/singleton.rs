@@ -22,12 +22,17 @@ struct Probe {
     alive: AtomicUsize,
     max_alive: AtomicUsize,
     started: AtomicUsize,
+    recorded: std::sync::Mutex<Vec<u64>>,
 }
 
 struct Tickets {
     next: u64,
     probe: Arc<Probe>,
 }
+
+/// Numbers to record, shared by every instance of the test.
+#[derive(Debug, Message, Serialize, Deserialize)]
+struct Record(u64);
 
 impl Actor for Tickets {
     async fn started(&mut self, _ctx: &mut Context<Self>) {
@@ -46,6 +51,10 @@ struct NextTicket;
 
 #[handlers]
 impl Tickets {
+    async fn record(&mut self, m: Record, _ctx: &mut Context<Self>) {
+        self.probe.recorded.lock().unwrap().push(m.0);
+    }
+
     async fn next_ticket(&mut self, _m: NextTicket, _ctx: &mut Context<Self>) -> u64 {
         self.next += 1;
         self.next
@@ -99,7 +108,9 @@ fn nodes(n: usize, probe: &Arc<Probe>) -> Vec<Node> {
     systems
         .into_iter()
         .map(|system| {
-            system.register::<Tickets, NextTicket>();
+            system
+                .register::<Tickets, NextTicket>()
+                .register::<Tickets, Record>();
             let cluster = Cluster::start(&system, settings(&seeds)).unwrap();
             let p = probe.clone();
             singleton::start(
@@ -331,5 +342,74 @@ fn the_three_oldest_crash_together_and_a_single_instance_runs_again() {
         for n in nodes {
             n.system.shutdown().await;
         }
+    });
+}
+
+#[test]
+fn the_proxy_loses_nothing_across_a_hand_over() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let mut nodes = nodes(3, &probe);
+        all_up(&nodes, 3).await;
+        let first = oldest(&nodes).await;
+        eventually("the oldest hosts the singleton", async || {
+            hosts(&nodes[first])
+        })
+        .await;
+        let younger = (first + 1) % 3;
+        let proxy = singleton::proxy::<Tickets>(
+            &nodes[younger].system,
+            &nodes[younger].cluster,
+            "tickets",
+            singleton_settings(),
+        )
+        .unwrap();
+        proxy.ask(NextTicket).await.unwrap();
+        // Keep sending while the host leaves and the singleton moves.
+        // until the new instance has started, and a little after.
+        let sender = {
+            let (proxy, probe) = (proxy.clone(), probe.clone());
+            rt::spawn(async move {
+                let started = Instant::now();
+                let mut i = 0u64;
+                let mut after_move = 0;
+                while after_move < 500 {
+                    proxy.tell(Record(i)).unwrap();
+                    i += 1;
+                    if probe.started.load(Ordering::SeqCst) >= 2 {
+                        after_move += 1;
+                    }
+                    if i % 50 == 0 {
+                        rt::sleep(Duration::from_millis(2)).await;
+                    }
+                    assert!(started.elapsed() < DEADLINE, "the singleton never moved");
+                }
+                i
+            })
+        };
+        let host_addr = nodes[first].cluster.self_address().clone();
+        nodes[younger].cluster.leave(&host_addr);
+        let sent = sender.await;
+        let leaving = nodes.remove(first);
+        eventually("every number recorded", async || {
+            probe.recorded.lock().unwrap().len() as u64 >= sent
+        })
+        .await;
+        let got = probe.recorded.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            (0..sent).collect::<Vec<u64>>(),
+            "lost, duplicated or reordered"
+        );
+        assert!(
+            probe.started.load(Ordering::SeqCst) >= 2,
+            "the singleton did not move"
+        );
+        assert_eq!(probe.max_alive.load(Ordering::SeqCst), 1);
+        for n in nodes {
+            n.system.shutdown().await;
+        }
+        leaving.system.shutdown().await;
     });
 }

@@ -4,7 +4,8 @@
 use crate::cluster::Cluster;
 use crate::events::CurrentClusterState;
 use crate::member::{Member, MemberStatus, UniqueAddress};
-use crate::singleton::protocol::{HandOverReply, HandOverToMe, WhereIsSingleton};
+use crate::singleton::protocol::{HandOverReply, HandOverToMe, Moving, WhereIsSingleton};
+use crate::singleton::proxy::ProxyActor;
 use crate::singleton::settings::ClusterSingletonSettings;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -62,6 +63,9 @@ pub struct SingletonManager<A: Actor> {
     /// The oldest as last seen (to know whom to take over from).
     oldest: Option<UniqueAddress>,
     members: Vec<Member>,
+    /// Proxies that found the instance here (full paths), warned before a
+    /// hand-over.
+    proxies: BTreeSet<String>,
 }
 
 impl<A: Actor> SingletonManager<A> {
@@ -78,6 +82,7 @@ impl<A: Actor> SingletonManager<A> {
             instance: None,
             oldest: None,
             members: Vec::new(),
+            proxies: BTreeSet::new(),
         }
     }
 
@@ -225,6 +230,24 @@ impl<A: Actor> SingletonManager<A> {
         }
     }
 
+    /// Tells every known proxy that the instance moves, waiting (bounded)
+    /// for their answers.
+    async fn quiesce_proxies(&mut self, ctx: &mut Context<Self>) {
+        let timeout = self.settings.hand_over_retry_interval;
+        let mut asks = Vec::new();
+        for path in std::mem::take(&mut self.proxies) {
+            match ctx.system().resolve::<ProxyActor<A>>(&path) {
+                Ok(p) => asks.push(p.ask_timeout(Moving, timeout)),
+                Err(e) => tracing::debug!("cannot reach singleton proxy {path}: {e}"),
+            }
+        }
+        for a in asks {
+            if let Err(e) = a.await {
+                tracing::debug!("a singleton proxy did not confirm the move: {e}");
+            }
+        }
+    }
+
     async fn leave_cluster(&mut self) {
         if self.phase != Phase::Gone {
             tracing::info!(
@@ -308,7 +331,7 @@ impl<A: Actor> SingletonManager<A> {
     async fn hand_over_to_me(
         &mut self,
         req: HandOverToMe,
-        _ctx: &mut Context<Self>,
+        ctx: &mut Context<Self>,
     ) -> HandOverReply {
         if self.oldest.as_ref() != Some(&req.from) {
             // Not (yet) the oldest in our view: it must wait.
@@ -316,15 +339,27 @@ impl<A: Actor> SingletonManager<A> {
         }
         tracing::info!("handing the singleton over to {}", req.from);
         self.phase = Phase::HandingOver;
-        // Stops and waits: the answer leaves only once the instance is gone.
+        // First every proxy stops forwarding (its answer arrives behind
+        // what it already sent), then the instance handles what is queued
+        // and stops: nothing sent through a proxy is lost.
+        self.quiesce_proxies(ctx).await;
+        if let Some(i) = &self.instance {
+            i.poison_pill();
+        }
+        // Waits: the answer leaves only once the instance is gone.
         self.stop_instance().await;
         self.phase = Phase::Younger;
         HandOverReply::Done
     }
 
-    async fn where_is(&mut self, _q: WhereIsSingleton, _ctx: &mut Context<Self>) -> Option<String> {
+    async fn where_is(&mut self, q: WhereIsSingleton, ctx: &mut Context<Self>) -> Option<String> {
+        // While handing over, the instance is not to be used any more.
+        if self.phase == Phase::HandingOver {
+            return None;
+        }
         let instance = self.instance.as_ref()?;
-        let remoting = _ctx.system().remoting()?;
+        let remoting = ctx.system().remoting()?;
+        self.proxies.insert(q.proxy);
         Some(format!("{}{}", remoting.address(), instance.path()))
     }
 }

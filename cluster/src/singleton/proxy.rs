@@ -5,7 +5,7 @@
 use crate::cluster::Cluster;
 use crate::member::MemberStatus;
 use crate::singleton::manager::{manager_name, SingletonManager, ASK_TIMEOUT};
-use crate::singleton::protocol::WhereIsSingleton;
+use crate::singleton::protocol::{Moving, WhereIsSingleton};
 use crate::singleton::settings::ClusterSingletonSettings;
 use std::collections::VecDeque;
 use troupe_core::prelude::*;
@@ -136,6 +136,10 @@ impl<A: Actor> ProxyActor<A> {
         let manager = self.manager.clone();
         let me = ctx.myself().clone();
         let system = ctx.system();
+        let proxy = system
+            .remoting()
+            .map(|r| format!("{}{}", r.address(), me.path()))
+            .unwrap_or_default();
         rt::spawn(async move {
             let found = async {
                 let state = cluster.state().await.ok()?;
@@ -149,7 +153,9 @@ impl<A: Actor> ProxyActor<A> {
                     .clone();
                 let path = format!("{}/system/{manager}", oldest.address);
                 let mgr = system.resolve::<SingletonManager<A>>(&path).ok()?;
-                mgr.ask_timeout(WhereIsSingleton, ASK_TIMEOUT).await.ok()?
+                mgr.ask_timeout(WhereIsSingleton { proxy }, ASK_TIMEOUT)
+                    .await
+                    .ok()?
             }
             .await;
             let _ = me.tell(Found(found));
@@ -214,6 +220,14 @@ impl<A: Actor> ProxyActor<A> {
             self.target = None;
             self.identify(ctx);
         }
+    }
+
+    async fn moving(&mut self, _m: Moving, ctx: &mut Context<Self>) {
+        // Buffer from now on, until the next instance is found.
+        if self.target.take().is_some() {
+            tracing::debug!("the singleton is moving; buffering");
+        }
+        self.identify(ctx);
     }
 
     async fn dropped_count(&mut self, _m: Dropped, _ctx: &mut Context<Self>) -> u64 {
