@@ -380,7 +380,7 @@ fn the_proxy_loses_nothing_across_a_hand_over() {
                     if probe.started.load(Ordering::SeqCst) >= 2 {
                         after_move += 1;
                     }
-                    if i % 50 == 0 {
+                    if i.is_multiple_of(50) {
                         rt::sleep(Duration::from_millis(2)).await;
                     }
                     assert!(started.elapsed() < DEADLINE, "the singleton never moved");
