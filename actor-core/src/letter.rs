@@ -100,6 +100,36 @@ pub(crate) struct Envelope<M: Message> {
     pub(crate) reply: Option<ReplyTo<M::Reply>>,
 }
 
+/// Runs `A`'s handler for `msg` (with its sender, if any) and sends the
+/// reply, or hands the reply channel to the stashed copy if the handler
+/// stashed the message.
+async fn handle<A, M>(
+    actor: &mut A,
+    ctx: &mut Context<A>,
+    msg: M,
+    mut reply: Option<ReplyTo<M::Reply>>,
+    sender: Option<AnyActorRef>,
+) where
+    A: Handler<M>,
+    M: Message,
+{
+    ctx.clear_stashed_current();
+    ctx.touch();
+    let with_sender = sender.is_some();
+    if with_sender {
+        ctx.set_sender(sender);
+    }
+    let out = actor.handle(msg, ctx).await;
+    if with_sender {
+        ctx.set_sender(None);
+    }
+    if ctx.take_stashed_current() {
+        ctx.attach_reply_to_last_stashed(&mut reply);
+    } else if let Some(reply) = reply {
+        reply.send(out);
+    }
+}
+
 /// Where the reply to an ask goes.
 pub(crate) enum ReplyTo<R> {
     /// An asker in this process.
@@ -146,17 +176,8 @@ where
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
     ) -> HandlerFuture<'a> {
-        let Envelope { msg, mut reply } = self.body;
-        HandlerFuture::new(async move {
-            ctx.clear_stashed_current();
-            ctx.touch();
-            let out = actor.handle(msg, ctx).await;
-            if ctx.take_stashed_current() {
-                ctx.attach_reply_to_last_stashed(&mut reply);
-            } else if let Some(reply) = reply {
-                reply.send(out);
-            }
-        })
+        let Envelope { msg, reply } = self.body;
+        HandlerFuture::new(handle(actor, ctx, msg, reply, None))
     }
 
     fn attach_reply(&mut self, reply: &mut dyn Any) {
@@ -201,23 +222,8 @@ where
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
     ) -> HandlerFuture<'a> {
-        let Sent {
-            msg,
-            mut reply,
-            sender,
-        } = self.body;
-        HandlerFuture::new(async move {
-            ctx.clear_stashed_current();
-            ctx.touch();
-            ctx.set_sender(Some(sender));
-            let out = actor.handle(msg, ctx).await;
-            ctx.set_sender(None);
-            if ctx.take_stashed_current() {
-                ctx.attach_reply_to_last_stashed(&mut reply);
-            } else if let Some(reply) = reply {
-                reply.send(out);
-            }
-        })
+        let Sent { msg, reply, sender } = self.body;
+        HandlerFuture::new(handle(actor, ctx, msg, reply, Some(sender)))
     }
 
     fn attach_reply(&mut self, reply: &mut dyn Any) {

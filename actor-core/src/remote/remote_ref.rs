@@ -43,11 +43,8 @@ impl RemoteTarget {
     }
 
     pub(crate) fn tell<M: Message>(&self, msg: M) -> Result<(), TellError<M>> {
-        match self.assoc.send_user(&self.path, "", &msg, 0) {
-            Ok(()) => Ok(()),
-            Err(SendError::Full) => Err(TellError::MailboxFull(msg)),
-            Err(SendError::NotSendable(why)) => Err(TellError::NotSendable(msg, why)),
-        }
+        let sent = self.assoc.send_user(&self.path, "", &msg, 0);
+        hand_back(sent, msg)
     }
 
     /// Sends with a sender the receiver sees as `ctx.sender()`.
@@ -60,20 +57,14 @@ impl RemoteTarget {
             Ok(p) => p,
             Err(why) => return Err(TellError::NotSendable(msg, why)),
         };
-        match self.assoc.send_user(&self.path, &from, &msg, 0) {
-            Ok(()) => Ok(()),
-            Err(SendError::Full) => Err(TellError::MailboxFull(msg)),
-            Err(SendError::NotSendable(why)) => Err(TellError::NotSendable(msg, why)),
-        }
+        let sent = self.assoc.send_user(&self.path, &from, &msg, 0);
+        hand_back(sent, msg)
     }
 
     /// Sends, waiting for room in the queue to the node.
     pub(crate) async fn send<M: Message>(&self, msg: M) -> Result<(), TellError<M>> {
-        match self.assoc.send_user_waiting(&self.path, &msg, 0).await {
-            Ok(()) => Ok(()),
-            Err(SendError::Full) => Err(TellError::MailboxFull(msg)),
-            Err(SendError::NotSendable(why)) => Err(TellError::NotSendable(msg, why)),
-        }
+        let sent = self.assoc.send_user_waiting(&self.path, &msg, 0).await;
+        hand_back(sent, msg)
     }
 
     pub(crate) fn ask<M: Message>(
@@ -112,6 +103,15 @@ impl RemoteTarget {
                 })
             }
         }
+    }
+}
+
+/// A send's outcome as a tell's, handing the message back on failure.
+fn hand_back<M>(sent: Result<(), SendError>, msg: M) -> Result<(), TellError<M>> {
+    match sent {
+        Ok(()) => Ok(()),
+        Err(SendError::Full) => Err(TellError::MailboxFull(msg)),
+        Err(SendError::NotSendable(why)) => Err(TellError::NotSendable(msg, why)),
     }
 }
 
