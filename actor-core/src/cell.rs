@@ -858,15 +858,8 @@ impl<A: Actor> ActorCell<A> {
             if handled >= throughput {
                 return Fast::Yield;
             }
-            let letter = match st.batch.pop() {
-                Some(l) => l,
-                None => {
-                    st.batch = self.mailbox.take_all();
-                    match st.batch.pop() {
-                        Some(l) => l,
-                        None => return Fast::Idle,
-                    }
-                }
+            let Some(letter) = self.next_letter(st) else {
+                return Fast::Idle;
             };
             handled += 1;
             match letter.open() {
@@ -1041,15 +1034,8 @@ impl<A: Actor> ActorCell<A> {
             if handled >= throughput {
                 return Step::Yield;
             }
-            let letter = match st.batch.pop() {
-                Some(l) => l,
-                None => {
-                    st.batch = self.mailbox.take_all();
-                    match st.batch.pop() {
-                        Some(l) => l,
-                        None => return Step::Idle,
-                    }
-                }
+            let Some(letter) = self.next_letter(st) else {
+                return Step::Idle;
             };
             handled += 1;
             match letter.open() {
@@ -1211,6 +1197,16 @@ impl<A: Actor> ActorCell<A> {
         }
         tracing::debug!(actor = %self.core.path(), reason = %terminated.reason, "terminated");
         st.phase = Phase::Done;
+    }
+
+    /// The next letter: from the batch taken earlier, else a new batch of
+    /// everything in the mailbox.
+    fn next_letter(&self, st: &mut RunState<A>) -> Option<Box<dyn Letter<A>>> {
+        if let Some(l) = st.batch.pop() {
+            return Some(l);
+        }
+        st.batch = self.mailbox.take_all();
+        st.batch.pop()
     }
 
     pub(crate) fn dead_letter(&self, type_name: &'static str) {

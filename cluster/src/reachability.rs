@@ -319,13 +319,8 @@ impl Reachability {
     {
         let nodes = node_set(nodes);
         Reachability {
-            records: self
-                .records
-                .iter()
-                .filter(|r| !nodes.contains(&r.observer) && !nodes.contains(&r.subject))
-                .cloned()
-                .collect(),
             versions: without(&self.versions, &nodes),
+            ..self.filter_records(|r| !nodes.contains(&r.observer) && !nodes.contains(&r.subject))
         }
     }
 
@@ -338,13 +333,8 @@ impl Reachability {
     {
         let nodes = node_set(nodes);
         Reachability {
-            records: self
-                .records
-                .iter()
-                .filter(|r| !nodes.contains(&r.observer))
-                .cloned()
-                .collect(),
             versions: without(&self.versions, &nodes),
+            ..self.filter_records(|r| !nodes.contains(&r.observer))
         }
     }
 
