@@ -6,7 +6,8 @@
 //! - time from start until every node sees all members Up, for 5, 10, 25
 //!   and 50 nodes (the first node is the only seed, so it forms the
 //!   cluster at once; the others join it);
-//! - in a 5-node cluster, time from one node's abrupt stop (its system
+//! - in a 5-node cluster (a fresh one for each of `CLUSTER_BENCH_KILLS`
+//!   stops, default 5), time from one node's abrupt stop (its system
 //!   shut down without leaving: connections refused from then on) until
 //!   every survivor sees it unreachable, and until it is removed;
 //! - gossip bytes sent per second per node in a converged 25-node cluster;
@@ -89,6 +90,13 @@ async fn shutdown(nodes: Vec<Node>) {
 
 #[allow(clippy::print_stdout)]
 fn main() {
+    // Logs only when asked for (`RUST_LOG=warn`), so the figures stay readable.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     rt::block_on(async {
         let mut json = Vec::new();
         // `CLUSTER_BENCH_SIZES=50` measures only some sizes.
@@ -136,51 +144,25 @@ fn main() {
             shutdown(nodes).await;
         }
 
-        if std::env::var("CLUSTER_BENCH_SIZES").is_ok() {
+        // `CLUSTER_BENCH_PARTS=failure,singleton` picks the other parts;
+        // by default all run, unless only some sizes were asked for.
+        let parts = std::env::var("CLUSTER_BENCH_PARTS").unwrap_or_else(|_| {
+            if std::env::var("CLUSTER_BENCH_SIZES").is_ok() {
+                String::new()
+            } else {
+                "failure,singleton".to_string()
+            }
+        });
+        if parts.contains("failure") {
+            failure_detection(&mut json).await;
+        }
+        if !parts.contains("singleton") {
             println!(
                 "{{\"framework\":\"troupe\",\"cluster\":true,{}}}",
                 json.join(",")
             );
             return;
         }
-        // Failure detection and removal in a 5-node cluster.
-        let mut nodes = start_nodes(5);
-        let refs: Vec<&Node> = nodes.iter().collect();
-        until_all(&refs, Duration::from_secs(60), |s| {
-            s.members.len() == 5 && s.members.iter().all(|m| m.status == MemberStatus::Up)
-        })
-        .await
-        .expect("5 nodes up");
-        // Let the failure detectors learn the heartbeat rhythm first.
-        rt::sleep(Duration::from_secs(5)).await;
-        let victim = nodes.pop().unwrap();
-        let victim_node = victim.cluster.self_node().clone();
-        let killed = Instant::now();
-        victim.system.shutdown().await;
-        let refs: Vec<&Node> = nodes.iter().collect();
-        let unreachable = until_all(&refs, Duration::from_secs(60), |s| {
-            s.unreachable.iter().any(|m| m.node == victim_node)
-        })
-        .await
-        .map(|_| killed.elapsed());
-        let removed = until_all(&refs, Duration::from_secs(120), |s| {
-            s.members.iter().all(|m| m.node != victim_node)
-        })
-        .await
-        .map(|_| killed.elapsed());
-        match (unreachable, removed) {
-            (Some(u), Some(r)) => {
-                println!("5 nodes, one stopped: unreachable on all survivors after {:.2} s, removed after {:.2} s", u.as_secs_f64(), r.as_secs_f64());
-                json.push(format!(
-                    "\"unreachable_after_s\":{:.3},\"removed_after_s\":{:.3}",
-                    u.as_secs_f64(),
-                    r.as_secs_f64()
-                ));
-            }
-            other => println!("failure detection did not complete: {other:?}"),
-        }
-        shutdown(nodes).await;
-
         // Singleton hand-over (graceful leave of the host) and take-over
         // (abrupt stop of the host), 3 nodes, default settings.
         let mut nodes = start_nodes(3);
@@ -275,6 +257,87 @@ fn main() {
             json.join(",")
         );
     });
+}
+
+/// Failure detection in a 5-node cluster: one node's system stops
+/// abruptly (no leave; its port refuses connections from then on); the
+/// time until every survivor sees it unreachable, over several fresh
+/// clusters (`CLUSTER_BENCH_KILLS`, default 5), and, the first time, until
+/// it is removed (split brain resolver, then the leader).
+async fn failure_detection(json: &mut Vec<String>) {
+    let kills: usize = std::env::var("CLUSTER_BENCH_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let mut detected = Vec::new();
+    for trial in 0..kills {
+        let mut nodes = start_nodes(5);
+        let refs: Vec<&Node> = nodes.iter().collect();
+        until_all(&refs, Duration::from_secs(60), |s| {
+            s.members.len() == 5 && s.members.iter().all(|m| m.status == MemberStatus::Up)
+        })
+        .await
+        .expect("5 nodes up");
+        // Let the failure detectors learn the heartbeat rhythm first, and
+        // stop at a different moment of the heartbeat cycle each time.
+        rt::sleep(Duration::from_millis(5000 + 173 * trial as u64)).await;
+        let victim = nodes.pop().unwrap();
+        let victim_node = victim.cluster.self_node().clone();
+        let killed = Instant::now();
+        if std::env::var_os("RUST_LOG").is_some() {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            eprintln!(
+                "stopping {victim_node} at {:.3} s of the day (UTC)",
+                t.as_secs_f64() % 86400.0
+            );
+        }
+        victim.system.shutdown().await;
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let unreachable = until_all(&refs, Duration::from_secs(60), |s| {
+            s.unreachable.iter().any(|m| m.node == victim_node)
+        })
+        .await
+        .map(|_| killed.elapsed());
+        match unreachable {
+            Some(u) => {
+                println!(
+                    "5 nodes, one stopped: unreachable on all survivors after {:.2} s",
+                    u.as_secs_f64()
+                );
+                detected.push(u.as_secs_f64());
+            }
+            None => println!("failure detection did not complete"),
+        }
+        if trial == 0 {
+            let removed = until_all(&refs, Duration::from_secs(120), |s| {
+                s.members.iter().all(|m| m.node != victim_node)
+            })
+            .await
+            .map(|_| killed.elapsed());
+            match removed {
+                Some(r) => {
+                    println!("… removed after {:.2} s", r.as_secs_f64());
+                    json.push(format!("\"removed_after_s\":{:.3}", r.as_secs_f64()));
+                }
+                None => println!("removal did not complete"),
+            }
+        }
+        shutdown(nodes).await;
+    }
+    if !detected.is_empty() {
+        detected.sort_by(f64::total_cmp);
+        let (min, max) = (detected[0], detected[detected.len() - 1]);
+        let median = detected[detected.len() / 2];
+        println!(
+            "unreachable on all survivors over {} stops: min {min:.2} s, median {median:.2} s, max {max:.2} s",
+            detected.len()
+        );
+        json.push(format!(
+            "\"unreachable_after_s_median\":{median:.3},\"unreachable_after_s_max\":{max:.3}"
+        ));
+    }
 }
 
 /// The singleton instance of the benchmark.

@@ -52,6 +52,7 @@ pub struct Cluster {
     self_node: UniqueAddress,
     /// Local work that must finish before this node confirms Exiting.
     exit_blockers: Arc<AtomicUsize>,
+    down_removal_margin: Option<Duration>,
 }
 
 impl fmt::Debug for Cluster {
@@ -86,6 +87,7 @@ impl Cluster {
             _ => {}
         }
         core::register(system);
+        let down_removal_margin = settings.down_removal_margin;
         let exit_blockers = Arc::new(AtomicUsize::new(0));
         let core = system
             .spawn_system_actor(ClusterCore::props(
@@ -98,6 +100,7 @@ impl Cluster {
             core,
             self_node,
             exit_blockers,
+            down_removal_margin,
         })
     }
 
@@ -105,6 +108,12 @@ impl Cluster {
     /// confirmation (each singleton hosted here adds one).
     pub(crate) fn exit_blockers(&self) -> &Arc<AtomicUsize> {
         &self.exit_blockers
+    }
+
+    /// How long after a downed member's removal its singletons may start
+    /// elsewhere (`ClusterSettings::down_removal_margin`).
+    pub(crate) fn down_removal_margin(&self) -> Option<Duration> {
+        self.down_removal_margin
     }
 
     /// This node.

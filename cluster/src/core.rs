@@ -3,7 +3,7 @@
 //! the failure detector, applies the downing strategy and publishes
 //! events. It follows Akka's `ClusterCoreDaemon`.
 
-use crate::downing::{decide, Decision};
+use crate::downing::{Decision, DowningView};
 use crate::events::{diff, ClusterEvent, CurrentClusterState};
 use crate::gossip::Gossip;
 use crate::heartbeat::HeartbeatRing;
@@ -83,16 +83,20 @@ pub(crate) struct ClusterCore {
     joining: Joining,
     ring: HeartbeatRing,
     detectors: BTreeMap<UniqueAddress, PhiAccrualFailureDetector>,
+    /// Monitored nodes that have not answered a heartbeat yet, and when
+    /// their first answer is due.
+    first_answer_due: BTreeMap<UniqueAddress, Instant>,
     heartbeat_seq: u64,
     peers: HashMap<Address, ActorRef<ClusterCore>>,
     gossip_ticks: u64,
     /// Since when the leader has lacked convergence (for WeaklyUp).
     no_convergence_since: Option<Instant>,
-    /// The unreachable set the downing strategy last saw, and since when.
-    unreachable_seen: (BTreeSet<UniqueAddress>, Instant),
-    /// Since when the unreachable set has been changing (for
-    /// down-all-when-unstable).
-    unstable_since: Option<Instant>,
+    /// The split brain resolver decides no earlier than this: every change
+    /// of reachability or membership pushes it `stable_after` away.
+    stable_deadline: Instant,
+    /// First and latest reachability change of the current instability
+    /// (for down-all-when-unstable); `None` when stable.
+    reachability_changes: Option<(Instant, Instant)>,
     stats: GossipStats,
     /// A local change not yet pushed to anyone.
     unpushed_change: bool,
@@ -162,12 +166,13 @@ impl ClusterCore {
             joining: Joining::Idle,
             ring: HeartbeatRing::default(),
             detectors: BTreeMap::new(),
+            first_answer_due: BTreeMap::new(),
             heartbeat_seq: 0,
             peers: HashMap::new(),
             gossip_ticks: 0,
             no_convergence_since: None,
-            unreachable_seen: (BTreeSet::new(), Instant::now()),
-            unstable_since: None,
+            stable_deadline: Instant::now(),
+            reachability_changes: None,
             stats: GossipStats::default(),
             unpushed_change: false,
             exit_blockers,
@@ -233,7 +238,7 @@ impl ClusterCore {
         let timed_out = since.elapsed() >= self.settings.seed_node_timeout;
         if others.is_empty() || (first_seed_is_me && timed_out) {
             tracing::info!("no other seed node answered; {me} forms a new cluster");
-            self.form_cluster();
+            self.form_cluster(ctx);
             return;
         }
         if let Some(limit) = self.settings.shutdown_after_unsuccessful_join_seed_nodes {
@@ -266,13 +271,18 @@ impl ClusterCore {
         }
     }
 
-    fn form_cluster(&mut self) {
+    fn form_cluster(&mut self, ctx: &mut Context<Self>) {
         let me = Member::joining(self.self_node.clone(), self.settings.roles.clone());
         let mut g = Gossip::with_members([me]);
         g.increment_version(&self.self_node);
         g.only_seen_by(&self.self_node);
         self.joining = Joining::Joined;
         self.update_state(g);
+        // Alone, it has convergence: it moves itself Up at once rather
+        // than at the next leader tick. Until then every member would be
+        // Joining, and the lowest-addressed joiner would lead on a partial
+        // view, which costs a 50-node start a whole extra convergence round.
+        self.leader_tick(ctx);
     }
 
     /// Replaces the state, publishing the events between old and new.
@@ -284,6 +294,7 @@ impl ClusterCore {
         for e in &events {
             log_event(e);
         }
+        self.note_for_downing(&events);
         // Subscribers' channels are unbounded: a send fails only when the
         // subscriber has gone away.
         self.subscribers
@@ -655,14 +666,20 @@ impl ClusterCore {
         let receivers: Vec<UniqueAddress> = self.ring.receivers(&self.state).into_iter().collect();
         let now = Instant::now();
         for node in &receivers {
-            self.detectors.entry(node.clone()).or_insert_with(|| {
-                // Monitoring starts with the first heartbeat sent: a node
-                // that never answers becomes unreachable after the
-                // acceptable pause (Akka's expected first response).
-                let mut d = PhiAccrualFailureDetector::new(self.settings.failure_detector.clone());
-                d.heartbeat(now);
-                d
-            });
+            if !self.detectors.contains_key(node) {
+                // Monitoring starts with the first answer. Recording one
+                // now would put a near-zero interval into the statistics
+                // (its answer comes a moment later), which inflates the
+                // deviation and delays detection by a second or more.
+                self.detectors.insert(
+                    node.clone(),
+                    PhiAccrualFailureDetector::new(self.settings.failure_detector.clone()),
+                );
+                self.first_answer_due.insert(
+                    node.clone(),
+                    now + self.settings.heartbeat_expected_response_after,
+                );
+            }
             if let Some(peer) = self.peer(ctx, &node.address) {
                 let _ = peer.tell(Heartbeat {
                     from: self.self_node.clone(),
@@ -671,6 +688,25 @@ impl ClusterCore {
             }
         }
         self.detectors.retain(|n, _| receivers.contains(n));
+        self.first_answer_due.retain(|n, _| receivers.contains(n));
+    }
+
+    /// A node that has not answered its first heartbeat in time is
+    /// monitored from now on, so that it becomes unreachable if it never
+    /// answers (Akka's expected first heartbeat).
+    fn monitor_silent_nodes(&mut self, now: Instant) {
+        let detectors = &mut self.detectors;
+        self.first_answer_due.retain(|node, due| {
+            if *due > now {
+                return true;
+            }
+            if let Some(d) = detectors.get_mut(node) {
+                if !d.is_monitoring() {
+                    d.heartbeat(now);
+                }
+            }
+            false
+        });
     }
 
     /// Applies the failure detector's verdicts to the reachability table,
@@ -680,6 +716,7 @@ impl ClusterCore {
             return;
         }
         let now = Instant::now();
+        self.monitor_silent_nodes(now);
         let me = self.self_node.clone();
         let g = self.gossip();
         let mut reach = g.reachability.clone();
@@ -720,98 +757,138 @@ impl ClusterCore {
         self.downing_tick(ctx);
     }
 
-    /// The split brain resolver: once the set of unreachable members has
-    /// been stable for `stable-after`, the leader of the reachable side
-    /// decides which side to down.
-    fn downing_tick(&mut self, _ctx: &mut Context<Self>) {
-        let unreachable: BTreeSet<UniqueAddress> = self
-            .gossip()
-            .reachability
-            .all_unreachable_or_terminated()
-            .into_iter()
-            .filter(|n| {
-                self.gossip()
-                    .member(n)
-                    .is_some_and(|m| m.status != MemberStatus::Down)
-            })
-            .collect();
+    /// What the split brain resolver needs from a change (as Akka's): a
+    /// member becoming unreachable, reachable, Down, Up or Exiting restarts
+    /// the `stable_after` wait; reachability changes also count towards
+    /// down-all-when-unstable, until every unreachable member is gone.
+    fn note_for_downing(&mut self, events: &[ClusterEvent]) {
         let now = Instant::now();
-        if unreachable != self.unreachable_seen.0 {
-            if self.unreachable_seen.0.is_empty() {
-                self.unstable_since = Some(now);
+        let mut restart = false;
+        for e in events {
+            match e {
+                ClusterEvent::UnreachableMember(m)
+                | ClusterEvent::ReachableMember(m)
+                | ClusterEvent::MemberDowned(m)
+                    if m.node != self.self_node =>
+                {
+                    restart = true;
+                    let first = self.reachability_changes.map_or(now, |(first, _)| first);
+                    self.reachability_changes = Some((first, now));
+                }
+                ClusterEvent::MemberUp(_) | ClusterEvent::MemberExited(_) => restart = true,
+                _ => {}
             }
-            self.unreachable_seen = (unreachable.clone(), now);
         }
-        if unreachable.is_empty() || d_is_none(&self.settings.downing.strategy) {
-            self.unstable_since = None;
-            return;
-        }
-        // Quiet for twice stable-after: the instability is over (Akka).
-        if now.duration_since(self.unreachable_seen.1) >= self.settings.downing.stable_after * 2 {
-            self.unstable_since = Some(self.unreachable_seen.1);
-        }
-        if !self.state.is_leader() {
-            return;
-        }
-        let d = &self.settings.downing;
-        let stable = now.duration_since(self.unreachable_seen.1)
-            >= match d.strategy {
+        if restart {
+            let wait = match self.settings.downing.strategy {
                 DowningStrategy::AutoDownUnsafe { after } => after,
-                _ => d.stable_after,
+                _ => self.settings.downing.stable_after,
             };
-        let unstable_too_long = d
-            .down_all_when_unstable
-            .zip(self.unstable_since)
-            .is_some_and(|(limit, since)| now.duration_since(since) >= limit);
-        let decision = if unstable_too_long && !stable {
-            tracing::warn!("the set of unreachable members kept changing; downing all members");
-            Decision::DownAll
-        } else if stable {
-            decide(&d.strategy, &self.state, &unreachable)
-        } else {
-            return;
-        };
-        let to_down: Vec<UniqueAddress> = match decision {
-            Decision::None => return,
-            Decision::DownUnreachable => unreachable.into_iter().collect(),
-            Decision::DownReachable | Decision::DownAll => {
-                let all: Vec<UniqueAddress> = self
-                    .gossip()
-                    .members
-                    .iter()
-                    .map(|m| m.node.clone())
-                    .collect();
-                if matches!(decision, Decision::DownAll) {
-                    all
-                } else {
-                    all.into_iter()
-                        .filter(|n| !unreachable.contains(n))
-                        .collect()
-                }
-            }
-        };
-        let mut g = self.gossip().clone();
-        let mut downed = Vec::new();
-        for n in to_down {
-            if let Some(m) = g.member(&n).cloned() {
-                if m.status != MemberStatus::Down {
-                    downed.push(m.with_status(MemberStatus::Down));
-                }
-            }
+            self.stable_deadline = now + wait;
         }
-        if downed.is_empty() {
+        if self.reachability_changes.is_none() {
             return;
         }
+        let all_gone = DowningView::of(&self.state).unreachable().iter().all(|n| {
+            self.gossip()
+                .member(n)
+                .is_none_or(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Exiting))
+        });
+        if all_gone {
+            self.reachability_changes = None;
+        }
+    }
+
+    /// The split brain resolver: once reachability and membership have
+    /// been stable for `stable_after`, the leader of the reachable side
+    /// decides which members to down. If reachability keeps changing for
+    /// `down_all_when_unstable`, every node downs all members.
+    fn downing_tick(&mut self, _ctx: &mut Context<Self>) {
+        let d = &self.settings.downing;
+        if d_is_none(&d.strategy) {
+            return;
+        }
+        let now = Instant::now();
+        if let Some((first, latest)) = self.reachability_changes {
+            match d.down_all_when_unstable {
+                // On every node, not only the leader (as Akka): when the
+                // failure detectors keep flapping no side can be trusted.
+                Some(limit) if now.duration_since(first) >= limit => {
+                    tracing::warn!(
+                        "split brain resolver: reachability kept changing for {:?}; \
+                         downing all members",
+                        now.duration_since(first)
+                    );
+                    self.act_on_decision(Decision::DownAll);
+                    return;
+                }
+                None if now.duration_since(latest) >= d.stable_after * 2 => {
+                    self.reachability_changes = None;
+                }
+                _ => {}
+            }
+        }
+        if self.gossip().reachability.is_all_reachable() {
+            return;
+        }
+        let view = DowningView::of(&self.state);
+        // As Akka: the leader decides, once it is itself a full member.
+        let responsible = self.state.is_leader()
+            && self
+                .self_member()
+                .is_some_and(|m| m.status != MemberStatus::Joining);
+        if !responsible || view.unreachable().is_empty() || now < self.stable_deadline {
+            return;
+        }
+        let decision = view.decide(&self.settings.downing.strategy);
+        self.act_on_decision(decision);
+    }
+
+    /// Downs the members `decision` names.
+    fn act_on_decision(&mut self, decision: Decision) {
+        let strategy = self.settings.downing.strategy.clone();
+        let view = DowningView::of(&self.state);
+        let nodes = view
+            .nodes_to_down(&strategy, decision)
+            .unwrap_or_else(|problem| {
+                tracing::warn!("{problem}");
+                view.nodes_to_down(&strategy, Decision::DownAll)
+                    .unwrap_or_default()
+            });
+        if nodes.is_empty() {
+            return;
+        }
+        let indirect = view.indirectly_connected();
         tracing::warn!(
-            "split brain resolver ({:?}) downs {:?}",
-            d.strategy,
-            downed
-                .iter()
-                .map(|m| m.node.to_string())
-                .collect::<Vec<_>>()
+            "split brain resolver ({strategy:?}) decided {decision:?} and downs {:?}{}; \
+             {} unreachable of {} members{}",
+            nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            if nodes.contains(&self.self_node) {
+                " including this node"
+            } else {
+                ""
+            },
+            view.unreachable().len(),
+            self.gossip().members.len(),
+            if indirect.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", indirectly connected {:?}",
+                    indirect.iter().map(|n| n.to_string()).collect::<Vec<_>>()
+                )
+            }
         );
+        let mut g = self.gossip().clone();
+        let downed: Vec<Member> = nodes
+            .iter()
+            .filter_map(|n| g.member(n))
+            .map(|m| m.with_status(MemberStatus::Down))
+            .collect();
         g.update(downed);
         self.commit(g);
+        self.reachability_changes = None;
+        self.stable_deadline = Instant::now() + self.settings.downing.stable_after;
     }
 
     fn mark(&mut self, address: &Address, status: MemberStatus) {
@@ -981,6 +1058,7 @@ impl ClusterCore {
     async fn heartbeat_rsp(&mut self, rsp: HeartbeatRsp, _ctx: &mut Context<Self>) {
         if let Some(d) = self.detectors.get_mut(&rsp.from) {
             d.heartbeat(Instant::now());
+            self.first_answer_due.remove(&rsp.from);
         }
     }
 

@@ -64,6 +64,8 @@ impl CurrentClusterState {
             .reachability
             .all_unreachable_or_terminated()
             .into_iter()
+            // As Akka: a node is never unreachable in its own view.
+            .filter(|n| *n != state.self_node)
             .filter_map(|n| g.member(&n).cloned())
             .collect::<Vec<Member>>();
         let mut observed_by: BTreeMap<UniqueAddress, BTreeSet<UniqueAddress>> = BTreeMap::new();
@@ -140,8 +142,12 @@ pub fn diff(old: &MembershipState, new: &MembershipState) -> Vec<ClusterEvent> {
             ));
         }
     }
-    let old_unreachable = og.reachability.all_unreachable_or_terminated();
-    let new_unreachable = ng.reachability.all_unreachable_or_terminated();
+    // As Akka, a node does not report itself unreachable (others' view of
+    // it reaches it only through an indirect connection).
+    let mut old_unreachable = og.reachability.all_unreachable_or_terminated();
+    let mut new_unreachable = ng.reachability.all_unreachable_or_terminated();
+    old_unreachable.remove(&old.self_node);
+    new_unreachable.remove(&new.self_node);
     for n in new_unreachable.difference(&old_unreachable) {
         if let Some(m) = ng.member(n) {
             events.push(ClusterEvent::UnreachableMember(m.clone()));

@@ -78,10 +78,10 @@ pub struct ClusterSettings {
     pub reduce_gossip_different_view_probability: usize,
     /// Leader actions interval. Default 1 s.
     pub leader_actions_interval: Duration,
-    /// How often the failure detector's verdicts are applied. Default 1 s
-    /// (consulting it more often catches short phi spikes on a loaded
-    /// machine and makes members flap: 250 ms slowed a 50-node start from
-    /// 7 s to 32 s here).
+    /// How often the failure detector's verdicts are applied. Default
+    /// 250 ms, where Akka has 1 s: φ crosses the threshold about 4.5 s after
+    /// the last heartbeat answer with the default detector, and a 1 s
+    /// reaper ticking in step with the heartbeats only notices at 5 s.
     pub unreachable_nodes_reaper_interval: Duration,
     /// Time the first seed waits for other seeds before forming a cluster.
     /// Default 5 s.
@@ -95,6 +95,13 @@ pub struct ClusterSettings {
     pub allow_weakly_up_members: Option<Duration>,
     /// Forget removed nodes after this long. Default 24 h.
     pub prune_gossip_tombstones_after: Duration,
+    /// After a member was downed and removed, singletons (and later
+    /// shards) it hosted start elsewhere only this much later, so that
+    /// the losing side of a partition has surely stopped them first.
+    /// Default `None` (off): take-over follows removal at once. Akka
+    /// uses `downing.stable_after` here when it is off; set it to that
+    /// for the same guarantee at the price of a slower take-over.
+    pub down_removal_margin: Option<Duration>,
     /// Heartbeat interval. Default 1 s.
     pub heartbeat_interval: Duration,
     /// A first heartbeat response expected within. Default 1 s.
@@ -120,11 +127,12 @@ impl Default for ClusterSettings {
             gossip_different_view_probability: 0.8,
             reduce_gossip_different_view_probability: 400,
             leader_actions_interval: Duration::from_secs(1),
-            unreachable_nodes_reaper_interval: Duration::from_secs(1),
+            unreachable_nodes_reaper_interval: Duration::from_millis(250),
             seed_node_timeout: Duration::from_secs(5),
             retry_unsuccessful_join_after: Duration::from_secs(10),
             shutdown_after_unsuccessful_join_seed_nodes: None,
             allow_weakly_up_members: Some(Duration::from_secs(7)),
+            down_removal_margin: None,
             prune_gossip_tombstones_after: Duration::from_secs(24 * 3600),
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_expected_response_after: Duration::from_secs(1),
@@ -168,6 +176,7 @@ struct SettingsFile {
     retry_unsuccessful_join_after: Option<String>,
     shutdown_after_unsuccessful_join_seed_nodes: Option<String>,
     allow_weakly_up_members: Option<String>,
+    down_removal_margin: Option<String>,
     prune_gossip_tombstones_after: Option<String>,
     heartbeat_interval: Option<String>,
     heartbeat_expected_response_after: Option<String>,
@@ -309,6 +318,9 @@ impl ClusterSettings {
         if let Some(v) = f.allow_weakly_up_members {
             self.allow_weakly_up_members = optional_duration("allow-weakly-up-members", &v)?;
         }
+        if let Some(v) = f.down_removal_margin {
+            self.down_removal_margin = optional_duration("down-removal-margin", &v)?;
+        }
         if let Some(v) = f.monitored_by_nr_of_members {
             self.monitored_by_nr_of_members = v;
         }
@@ -415,6 +427,7 @@ impl ClusterSettings {
                     file.shutdown_after_unsuccessful_join_seed_nodes = Some(v)
                 }
                 "ALLOW_WEAKLY_UP_MEMBERS" => file.allow_weakly_up_members = Some(v),
+                "DOWN_REMOVAL_MARGIN" => file.down_removal_margin = Some(v),
                 "HEARTBEAT_INTERVAL" => file.heartbeat_interval = Some(v),
                 "MONITORED_BY_NR_OF_MEMBERS" => {
                     file.monitored_by_nr_of_members = Some(num("monitored-by-nr-of-members")?)
@@ -518,6 +531,7 @@ mod tests {
             seed-nodes = ["troupe://a@127.0.0.1:2552"]
             min-nr-of-members = 2
             allow-weakly-up-members = "off"
+            down-removal-margin = "20s"
             [failure-detector]
             threshold = 12.0
             [downing]
@@ -529,6 +543,7 @@ mod tests {
         assert_eq!(s.seed_nodes.len(), 1);
         assert_eq!(s.min_nr_of_members, 2);
         assert_eq!(s.allow_weakly_up_members, None);
+        assert_eq!(s.down_removal_margin, Some(Duration::from_secs(20)));
         assert_eq!(s.failure_detector.threshold, 12.0);
         assert_eq!(
             s.downing.strategy,

@@ -259,6 +259,32 @@ fn a_partition_of_two_and_two_keeps_the_side_with_the_lowest_address() {
 }
 
 #[test]
+fn a_bad_link_between_two_members_downs_those_two_and_keeps_the_rest() {
+    init_logging();
+    rt::block_on(async {
+        let nodes = cluster_of(4, |_| {});
+        let refs: Vec<&Node> = nodes.iter().collect();
+        await_members(&refs, &all(&nodes), MemberStatus::Up).await;
+        // Only the link between the two lowest addresses breaks; both
+        // still talk to the others. Counted as a 2|2 partition, the side
+        // of the lowest address would win and the two healthy members
+        // would go down; as indirectly connected members, the two at the
+        // ends of the bad link go down instead (Akka's resolver).
+        let mut sorted: Vec<&Node> = nodes.iter().collect();
+        sorted.sort_by_key(|n| n.cluster.self_node().clone());
+        let (a, b) = (sorted[0], sorted[1]);
+        let fa = a.system.remoting().unwrap().fault_injector().unwrap();
+        fa.blackhole(&address(&b.system), Direction::Both);
+        let fb = b.system.remoting().unwrap().fault_injector().unwrap();
+        fb.blackhole(&address(&a.system), Direction::Both);
+        let healthy = &sorted[2..];
+        let healthy_addrs: BTreeSet<Address> = healthy.iter().map(|n| address(&n.system)).collect();
+        await_members(healthy, &healthy_addrs, MemberStatus::Up).await;
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
 fn a_restarted_node_rejoins_and_its_old_incarnation_is_removed() {
     init_logging();
     rt::block_on(async {

@@ -92,6 +92,10 @@ fn singleton_settings() -> ClusterSingletonSettings {
 }
 
 fn nodes(n: usize, probe: &Arc<Probe>) -> Vec<Node> {
+    nodes_with(n, probe, None)
+}
+
+fn nodes_with(n: usize, probe: &Arc<Probe>, down_removal_margin: Option<Duration>) -> Vec<Node> {
     let systems: Vec<ActorSystem> = (0..n)
         .map(|_| {
             ActorSystem::builder("single")
@@ -111,7 +115,14 @@ fn nodes(n: usize, probe: &Arc<Probe>) -> Vec<Node> {
             system
                 .register::<Tickets, NextTicket>()
                 .register::<Tickets, Record>();
-            let cluster = Cluster::start(&system, settings(&seeds)).unwrap();
+            let cluster = Cluster::start(
+                &system,
+                ClusterSettings {
+                    down_removal_margin,
+                    ..settings(&seeds)
+                },
+            )
+            .unwrap();
             let p = probe.clone();
             singleton::start(
                 &system,
@@ -271,6 +282,56 @@ fn a_crashed_host_is_taken_over_after_it_is_downed() {
         // The cut-off host downed itself (keep-majority: it is alone), so
         // its instance stopped too.
         eventually("the old host stopped its instance", async || !hosts(&host)).await;
+        for n in nodes {
+            n.system.shutdown().await;
+        }
+        host.system.shutdown().await;
+    });
+}
+
+#[test]
+fn a_down_removal_margin_delays_the_take_over_so_instances_never_overlap() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    rt::block_on(async {
+        let margin = Duration::from_secs(3);
+        let probe = Arc::new(Probe::default());
+        let mut nodes = nodes_with(3, &probe, Some(margin));
+        all_up(&nodes, 3).await;
+        let first = oldest(&nodes).await;
+        eventually("the oldest hosts the singleton", async || {
+            hosts(&nodes[first])
+        })
+        .await;
+        let host = nodes.remove(first);
+        let host_node = host.cluster.self_node().clone();
+        for n in &nodes {
+            let f = n.system.remoting().unwrap().fault_injector().unwrap();
+            f.blackhole(host.cluster.self_address(), Direction::Both);
+        }
+        eventually("the cut-off host is removed", async || {
+            nodes[0]
+                .cluster
+                .state()
+                .await
+                .is_ok_and(|s| s.members.iter().all(|m| m.node != host_node))
+        })
+        .await;
+        let removed = Instant::now();
+        eventually("a new host among the rest", async || {
+            nodes.iter().any(hosts)
+        })
+        .await;
+        let waited = removed.elapsed();
+        assert!(
+            waited >= margin - Duration::from_secs(1),
+            "took over {waited:?} after the removal, with a margin of {margin:?}"
+        );
+        eventually("the old host stopped its instance", async || !hosts(&host)).await;
+        assert_eq!(
+            probe.max_alive.load(Ordering::SeqCst),
+            1,
+            "two instances ran at once"
+        );
         for n in nodes {
             n.system.shutdown().await;
         }

@@ -7,9 +7,9 @@ use crate::member::{Member, MemberStatus, UniqueAddress};
 use crate::singleton::protocol::{HandOverReply, HandOverToMe, Moving, WhereIsSingleton};
 use crate::singleton::proxy::ProxyActor;
 use crate::singleton::settings::ClusterSingletonSettings;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use troupe_core::prelude::*;
 use troupe_core::{rt, Props};
 
@@ -32,6 +32,10 @@ pub(crate) struct ClusterGone;
 /// Periodic: retry a pending hand-over request.
 #[derive(Debug, Clone, Copy, Message)]
 pub(crate) struct RetryHandOver;
+
+/// The down-removal margin of a removed older member has passed.
+#[derive(Debug, Clone, Copy, Message)]
+pub(crate) struct RemovalMarginOver;
 
 /// An older member answered a hand-over request.
 #[derive(Debug, Message)]
@@ -66,6 +70,10 @@ pub struct SingletonManager<A: Actor> {
     /// Proxies that found the instance here (full paths), warned before a
     /// hand-over.
     proxies: BTreeSet<String>,
+    /// Older members removed without having exited (downed), until their
+    /// down-removal margin ends: an instance may still run on the losing
+    /// side of a partition until then.
+    removed_older: BTreeMap<UniqueAddress, Instant>,
 }
 
 impl<A: Actor> SingletonManager<A> {
@@ -83,6 +91,7 @@ impl<A: Actor> SingletonManager<A> {
             oldest: None,
             members: Vec::new(),
             proxies: BTreeSet::new(),
+            removed_older: BTreeMap::new(),
         }
     }
 
@@ -140,8 +149,67 @@ impl<A: Actor> SingletonManager<A> {
             .collect()
     }
 
+    /// Notes the older members that left without exiting, when a
+    /// down-removal margin is configured.
+    fn note_removed_older(&mut self, new_members: &[Member], ctx: &mut Context<Self>) {
+        let Some(margin) = self.cluster.down_removal_margin() else {
+            return;
+        };
+        let me = self.cluster.self_node();
+        let Some(mine) = new_members.iter().find(|m| &m.node == me) else {
+            return;
+        };
+        let gone: Vec<UniqueAddress> = self
+            .members
+            .iter()
+            .filter(|m| !matches!(m.status, MemberStatus::Exiting | MemberStatus::Removed))
+            .filter(|m| m.is_older_than(mine))
+            .filter(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)))
+            .filter(|m| !new_members.iter().any(|n| n.node == m.node))
+            .map(|m| m.node.clone())
+            .collect();
+        for node in gone {
+            tracing::info!(
+                "{node} was removed without exiting; the singleton starts elsewhere only \
+                 after the down-removal margin ({margin:?})"
+            );
+            self.removed_older.insert(node, Instant::now() + margin);
+            ctx.start_single_timer("removal-margin", RemovalMarginOver, margin);
+        }
+    }
+
+    /// True while a removed older member's margin has not passed.
+    fn margin_pending(&mut self, ctx: &mut Context<Self>) -> bool {
+        let now = Instant::now();
+        self.removed_older.retain(|_, until| *until > now);
+        if let Some(next) = self.removed_older.values().min() {
+            ctx.start_single_timer("removal-margin", RemovalMarginOver, *next - now);
+            return true;
+        }
+        false
+    }
+
+    /// Starts the instance unless a removal margin still runs (then the
+    /// margin's timer comes back here).
+    fn take_over(&mut self, ctx: &mut Context<Self>) {
+        if self.margin_pending(ctx) {
+            self.phase = Phase::TakingOver {
+                pending: BTreeSet::new(),
+            };
+            return;
+        }
+        ctx.cancel_timer("hand-over");
+        self.start_instance(ctx);
+    }
+
     async fn on_membership(&mut self, state: CurrentClusterState, ctx: &mut Context<Self>) {
+        self.note_removed_older(&state.members, ctx);
         self.members = state.members.clone();
+        self.decide(ctx).await;
+    }
+
+    /// What the manager does given the membership it knows.
+    async fn decide(&mut self, ctx: &mut Context<Self>) {
         let me = self.cluster.self_node().clone();
         let my_status = self.members.iter().find(|m| m.node == me).map(|m| m.status);
         if matches!(
@@ -166,7 +234,7 @@ impl<A: Actor> SingletonManager<A> {
             (Phase::Younger, true) => {
                 let pending = self.older_members(&me);
                 if pending.is_empty() {
-                    self.start_instance(ctx);
+                    self.take_over(ctx);
                 } else {
                     tracing::info!(
                         "{me} is the oldest now; asking {pending:?} to hand the singleton over"
@@ -192,8 +260,7 @@ impl<A: Actor> SingletonManager<A> {
                     tracing::info!(
                         "every previous singleton host handed over or was removed; taking over"
                     );
-                    ctx.cancel_timer("hand-over");
-                    self.start_instance(ctx);
+                    self.take_over(ctx);
                 }
             }
             (Phase::TakingOver { .. }, false) => {
@@ -315,6 +382,10 @@ impl<A: Actor> SingletonManager<A> {
         self.request_hand_over(ctx);
     }
 
+    async fn removal_margin_over(&mut self, _m: RemovalMarginOver, ctx: &mut Context<Self>) {
+        self.decide(ctx).await;
+    }
+
     async fn hand_over_answer(&mut self, a: HandOverAnswer, ctx: &mut Context<Self>) {
         let Phase::TakingOver { pending } = &mut self.phase else {
             return;
@@ -322,8 +393,7 @@ impl<A: Actor> SingletonManager<A> {
         if a.1 == HandOverReply::Done {
             pending.remove(&a.0);
             if pending.is_empty() {
-                ctx.cancel_timer("hand-over");
-                self.start_instance(ctx);
+                self.take_over(ctx);
             }
         }
     }
