@@ -1155,6 +1155,7 @@ impl<A: Actor> ActorCell<A> {
         }
         st.actor = None;
         st.ctx.cancel_timers();
+        st.ctx.unwatch_all();
         if matches!(reason, StopReason::Failed(_)) {
             self.core.status.fetch_or(FAILED, Ordering::SeqCst);
         }

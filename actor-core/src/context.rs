@@ -241,6 +241,20 @@ impl<A: Actor> Context<A> {
         }
     }
 
+    /// Stops every watch this actor holds, as it stops: the watched actors
+    /// (and, for remote ones, the remote watch and the watched node) forget
+    /// it instead of keeping an entry for a watcher that is gone.
+    pub(crate) fn unwatch_all(&mut self) {
+        let watching: Vec<AnyActorRef> = self
+            .extras
+            .as_ref()
+            .map(|e| e.watching.values().cloned().collect())
+            .unwrap_or_default();
+        for other in &watching {
+            self.unwatch(other);
+        }
+    }
+
     /// True when a `Terminated` for `uid` is still wanted (and forgets the
     /// watch, since each watch delivers once).
     pub(crate) fn take_watch(&mut self, uid: u64) -> bool {

@@ -367,6 +367,65 @@ fn remote_watch_delivers_terminated_when_the_actor_stops() {
 }
 
 #[test]
+fn shutdown_is_prompt_while_a_peer_cannot_be_reached() {
+    init_logging();
+    rt::block_on(async {
+        // A port nobody listens on: the writer for it keeps reconnecting
+        // with backoff, and its queued message can never be flushed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut remote = settings("127.0.0.1:0");
+        remote.reconnect_backoff_min = Duration::from_secs(2);
+        remote.reconnect_backoff_max = Duration::from_secs(2);
+        remote.shutdown_flush_timeout = Duration::from_secs(10);
+        let a = node_with("a", remote);
+        let nowhere: ActorRef<Counter> = a
+            .resolve(&format!("troupe://b@127.0.0.1:{port}/user/counter"))
+            .unwrap();
+        nowhere.tell(Record(1)).unwrap();
+        // Setting the scene, not waiting for a result: a refused connection
+        // takes well under this, after which the writer is in its 2 s
+        // backoff (were it not yet, shutdown would only be faster).
+        rt::sleep(Duration::from_millis(200)).await;
+        let start = std::time::Instant::now();
+        a.shutdown().await;
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "shutdown took {:?}: a writer sleeping in its backoff held it up",
+            start.elapsed()
+        );
+    });
+}
+
+#[test]
+fn a_watcher_that_stops_ends_its_remote_watches() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        b.spawn_named("target", Counter::default()).unwrap();
+        let remote: ActorRef<Counter> = a.resolve(&path_of(&b, "target")).unwrap();
+        let (tx, _rx) = async_channel::unbounded();
+        let watchers: Vec<_> = (0..3).map(|_| a.spawn(Watcher(tx.clone()))).collect();
+        for w in &watchers {
+            w.tell(WatchIt(remote.to_any())).unwrap();
+        }
+        let ra = a.remoting().unwrap();
+        eventually("three remote watches", || ra.remote_watch_count() == 3).await;
+        // Watchers that stop without unwatching leave nothing behind.
+        for w in &watchers {
+            w.stop();
+        }
+        eventually("no remote watch left", || ra.remote_watch_count() == 0).await;
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
 fn a_restarted_peer_gets_a_new_uid_and_the_old_one_is_quarantined() {
     init_logging();
     rt::block_on(async {

@@ -6,10 +6,9 @@
 //! - time from start until every node sees all members Up, for 5, 10, 25
 //!   and 50 nodes (the first node is the only seed, so it forms the
 //!   cluster at once; the others join it);
-//! - in a 5-node cluster (a fresh one for each of `CLUSTER_BENCH_KILLS`
-//!   stops, default 5), time from one node's abrupt stop (its system
-//!   shut down without leaving: connections refused from then on) until
-//!   every survivor sees it unreachable, and until it is removed;
+//! - in a cluster of 5 processes (a fresh one for each of
+//!   `CLUSTER_BENCH_KILLS` kills, default 5), time from `kill -9` of one
+//!   until every survivor sees it unreachable, and until it is removed;
 //! - gossip bytes sent per second per node in a converged 25-node cluster;
 //! - cluster singleton, 3 nodes: hand-over time when the host leaves
 //!   gracefully, and take-over time when it stops abruptly (failure
@@ -88,8 +87,17 @@ async fn shutdown(nodes: Vec<Node>) {
     }
 }
 
+#[path = "support/cluster_kill.rs"]
+mod kill;
+
 #[allow(clippy::print_stdout)]
 fn main() {
+    // The benchmark runs itself as the nodes of the failure figure.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("node") {
+        kill::node(args.get(2).map_or("-", String::as_str));
+        return;
+    }
     // Logs only when asked for (`RUST_LOG=warn`), so the figures stay readable.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
@@ -154,7 +162,11 @@ fn main() {
             }
         });
         if parts.contains("failure") {
-            failure_detection(&mut json).await;
+            let kills = std::env::var("CLUSTER_BENCH_KILLS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(5);
+            kill::failure_detection(kills, &mut json);
         }
         if !parts.contains("singleton") {
             println!(
@@ -257,87 +269,6 @@ fn main() {
             json.join(",")
         );
     });
-}
-
-/// Failure detection in a 5-node cluster: one node's system stops
-/// abruptly (no leave; its port refuses connections from then on); the
-/// time until every survivor sees it unreachable, over several fresh
-/// clusters (`CLUSTER_BENCH_KILLS`, default 5), and, the first time, until
-/// it is removed (split brain resolver, then the leader).
-async fn failure_detection(json: &mut Vec<String>) {
-    let kills: usize = std::env::var("CLUSTER_BENCH_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
-    let mut detected = Vec::new();
-    for trial in 0..kills {
-        let mut nodes = start_nodes(5);
-        let refs: Vec<&Node> = nodes.iter().collect();
-        until_all(&refs, Duration::from_secs(60), |s| {
-            s.members.len() == 5 && s.members.iter().all(|m| m.status == MemberStatus::Up)
-        })
-        .await
-        .expect("5 nodes up");
-        // Let the failure detectors learn the heartbeat rhythm first, and
-        // stop at a different moment of the heartbeat cycle each time.
-        rt::sleep(Duration::from_millis(5000 + 173 * trial as u64)).await;
-        let victim = nodes.pop().unwrap();
-        let victim_node = victim.cluster.self_node().clone();
-        let killed = Instant::now();
-        if std::env::var_os("RUST_LOG").is_some() {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            eprintln!(
-                "stopping {victim_node} at {:.3} s of the day (UTC)",
-                t.as_secs_f64() % 86400.0
-            );
-        }
-        victim.system.shutdown().await;
-        let refs: Vec<&Node> = nodes.iter().collect();
-        let unreachable = until_all(&refs, Duration::from_secs(60), |s| {
-            s.unreachable.iter().any(|m| m.node == victim_node)
-        })
-        .await
-        .map(|_| killed.elapsed());
-        match unreachable {
-            Some(u) => {
-                println!(
-                    "5 nodes, one stopped: unreachable on all survivors after {:.2} s",
-                    u.as_secs_f64()
-                );
-                detected.push(u.as_secs_f64());
-            }
-            None => println!("failure detection did not complete"),
-        }
-        if trial == 0 {
-            let removed = until_all(&refs, Duration::from_secs(120), |s| {
-                s.members.iter().all(|m| m.node != victim_node)
-            })
-            .await
-            .map(|_| killed.elapsed());
-            match removed {
-                Some(r) => {
-                    println!("… removed after {:.2} s", r.as_secs_f64());
-                    json.push(format!("\"removed_after_s\":{:.3}", r.as_secs_f64()));
-                }
-                None => println!("removal did not complete"),
-            }
-        }
-        shutdown(nodes).await;
-    }
-    if !detected.is_empty() {
-        detected.sort_by(f64::total_cmp);
-        let (min, max) = (detected[0], detected[detected.len() - 1]);
-        let median = detected[detected.len() / 2];
-        println!(
-            "unreachable on all survivors over {} stops: min {min:.2} s, median {median:.2} s, max {max:.2} s",
-            detected.len()
-        );
-        json.push(format!(
-            "\"unreachable_after_s_median\":{median:.3},\"unreachable_after_s_max\":{max:.3}"
-        ));
-    }
 }
 
 /// The singleton instance of the benchmark.

@@ -48,6 +48,8 @@ pub(crate) struct Association {
     control: Lane,
     ordinary: Lane,
     sys: Mutex<SysState>,
+    /// The writer tasks, awaited at shutdown so that queued frames go out.
+    writers: Mutex<Vec<rt::JoinHandle<()>>>,
 }
 
 impl Association {
@@ -61,6 +63,7 @@ impl Association {
                 next_seq: 1,
                 ..SysState::default()
             }),
+            writers: Mutex::new(Vec::new()),
             remoting,
             address,
         }
@@ -190,7 +193,11 @@ impl Association {
             && !lane.writer_started.swap(true, Ordering::AcqRel)
         {
             let me = self.remoting.association(&self.address);
-            rt::spawn(async move { me.run_writer(stream).await });
+            let writer = rt::spawn(async move { me.run_writer(stream).await });
+            self.writers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(writer);
         }
     }
 
@@ -198,6 +205,15 @@ impl Association {
     pub(crate) fn close(&self) {
         self.control.close();
         self.ordinary.close();
+    }
+
+    /// Waits until the writers have sent what was queued before `close`
+    /// and ended.
+    pub(crate) async fn flushed(&self) {
+        let writers = std::mem::take(&mut *self.writers.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in writers {
+            w.await;
+        }
     }
 
     /// Connects (with backoff), hands over, and writes the lane's frames,
@@ -245,7 +261,7 @@ impl Association {
             if self.remoting.is_shut_down() {
                 return;
             }
-            rt::sleep(backoff).await;
+            self.remoting.sleep_unless_shut_down(backoff).await;
             backoff = (backoff * 2).min(settings.reconnect_backoff_max);
         }
     }

@@ -28,6 +28,12 @@ struct Watched {
 
 struct Node {
     detector: PhiAccrualFailureDetector,
+    /// Until the first answer: when it is due. A node that has not answered
+    /// by then is monitored from then on, so it is lost if it never answers
+    /// (Akka's expected first heartbeat). Starting the detector at once
+    /// would record a near-zero first interval, which inflates the
+    /// deviation and delays detection.
+    first_answer_due: Option<Instant>,
     /// Keyed by (path, uid).
     actors: HashMap<(String, u64), Watched>,
 }
@@ -50,15 +56,12 @@ impl RemoteWatch {
         let first = {
             let mut nodes = self.lock();
             let node = nodes.entry(target.path.address.clone()).or_insert_with(|| {
-                let mut detector = PhiAccrualFailureDetector::new(
-                    assoc.remoting().settings.watch_failure_detector.clone(),
-                );
-                // Monitoring starts now: a node that never answers is lost
-                // after the acceptable pause, as with Akka's expected first
-                // heartbeat.
-                detector.heartbeat(Instant::now());
+                let settings = &assoc.remoting().settings;
                 Node {
-                    detector,
+                    detector: PhiAccrualFailureDetector::new(
+                        settings.watch_failure_detector.clone(),
+                    ),
+                    first_answer_due: Some(Instant::now() + settings.watch_heartbeat_interval),
                     actors: HashMap::new(),
                 }
             });
@@ -109,6 +112,15 @@ impl RemoteWatch {
         }
     }
 
+    /// How many (remote actor, local watcher) pairs are watched.
+    pub(crate) fn watch_count(&self) -> usize {
+        self.lock()
+            .values()
+            .flat_map(|n| n.actors.values())
+            .map(|w| w.watchers.len())
+            .sum()
+    }
+
     /// The watched actor `path`/`uid` on `from` has stopped.
     pub(crate) fn notified(&self, from: &Address, path: &str, uid: u64, reason: &str) {
         let watched = {
@@ -146,6 +158,7 @@ impl RemoteWatch {
     pub(crate) fn heartbeat_from(&self, assoc: &Association, _uid: u64) {
         if let Some(node) = self.lock().get_mut(&assoc.address) {
             node.detector.heartbeat(Instant::now());
+            node.first_answer_due = None;
         }
     }
 
@@ -158,8 +171,14 @@ impl RemoteWatch {
         let now = Instant::now();
         let mut lost = Vec::new();
         let addresses: Vec<Address> = {
-            let nodes = self.lock();
-            for (addr, node) in nodes.iter() {
+            let mut nodes = self.lock();
+            for (addr, node) in nodes.iter_mut() {
+                if node.first_answer_due.is_some_and(|due| due <= now) {
+                    node.first_answer_due = None;
+                    if !node.detector.is_monitoring() {
+                        node.detector.heartbeat(now);
+                    }
+                }
                 if !node.detector.is_available(now) {
                     lost.push((addr.clone(), node.detector.phi(now)));
                 }

@@ -337,6 +337,24 @@ impl RemotingShared {
         for a in &assocs {
             a.close();
         }
+        // What was queued before the shutdown still goes out, within a bound.
+        // (The writers run on their own; awaiting them in turn is enough.)
+        let flushed = async {
+            for a in &assocs {
+                a.flushed().await;
+            }
+        };
+        if rt::timeout(self.settings.shutdown_flush_timeout, flushed)
+            .await
+            .is_none()
+        {
+            tracing::info!(
+                "remoting on {}: some queued messages were not sent within the shutdown flush \
+                 timeout ({:?})",
+                self.address,
+                self.settings.shutdown_flush_timeout
+            );
+        }
         for (_, s) in lock(&self.inbound).drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
@@ -346,6 +364,15 @@ impl RemotingShared {
             a.await;
         }
         tracing::debug!("remoting on {} stopped", self.address);
+    }
+
+    /// Sleeps for `d`, or less if remoting shuts down meanwhile.
+    pub(crate) async fn sleep_unless_shut_down(&self, d: Duration) {
+        let stop = self.shutdown_event.listen();
+        if self.is_shut_down() {
+            return;
+        }
+        futures_lite::future::or(rt::sleep(d), stop).await;
     }
 
     /// How many bad inputs from the network were dropped so far.
@@ -490,6 +517,14 @@ impl Remoting {
     /// because they were malformed, oversized, unknown or undeliverable.
     pub fn bad_input_count(&self) -> u64 {
         self.shared.bad_input_count()
+    }
+
+    /// How many watches of remote actors local actors hold (one per pair
+    /// of watcher and watched actor): for monitoring. A watcher's watches
+    /// end when it unwatches, when it stops, or when the watched actor or
+    /// its node goes.
+    pub fn remote_watch_count(&self) -> usize {
+        self.shared.watch.watch_count()
     }
 
     /// A reference to the actor at `path` (such as `/user/name`) on the

@@ -59,6 +59,10 @@ pub struct RemoteSettings {
     /// Enables the fault-injection switch ([`FaultInjector`](crate::remote::FaultInjector)),
     /// for tests. Default off.
     pub fault_injection: bool,
+    /// At shutdown, how long the writers may take to send what is already
+    /// queued (a last gossip, a reply) before their connections close.
+    /// Default 1 s (Akka's `shutdown-flush-timeout`).
+    pub shutdown_flush_timeout: Duration,
 }
 
 impl RemoteSettings {
@@ -83,6 +87,7 @@ impl RemoteSettings {
                 ..PhiAccrualSettings::default()
             },
             fault_injection: false,
+            shutdown_flush_timeout: Duration::from_secs(1),
         }
     }
 
