@@ -780,11 +780,7 @@ impl ClusterCore {
             }
         }
         if restart {
-            let wait = match self.settings.downing.strategy {
-                DowningStrategy::AutoDownUnsafe { after } => after,
-                _ => self.settings.downing.stable_after,
-            };
-            self.stable_deadline = now + wait;
+            self.stable_deadline = now + self.decision_wait();
         }
         if self.reachability_changes.is_none() {
             return;
@@ -802,7 +798,7 @@ impl ClusterCore {
     /// The split brain resolver: once reachability and membership have
     /// been stable for `stable_after`, the leader of the reachable side
     /// decides which members to down. If reachability keeps changing for
-    /// `down_all_when_unstable`, every node downs all members.
+    /// `stable_after + down_all_when_unstable`, every node downs all members.
     fn downing_tick(&mut self, _ctx: &mut Context<Self>) {
         let d = &self.settings.downing;
         if d_is_none(&d.strategy) {
@@ -813,7 +809,7 @@ impl ClusterCore {
             match d.down_all_when_unstable {
                 // On every node, not only the leader (as Akka): when the
                 // failure detectors keep flapping no side can be trusted.
-                Some(limit) if now.duration_since(first) >= limit => {
+                Some(extra) if now.duration_since(first) >= d.stable_after + extra => {
                     tracing::warn!(
                         "split brain resolver: reachability kept changing for {:?}; \
                          downing all members",
@@ -888,7 +884,15 @@ impl ClusterCore {
         g.update(downed);
         self.commit(g);
         self.reachability_changes = None;
-        self.stable_deadline = Instant::now() + self.settings.downing.stable_after;
+        self.stable_deadline = Instant::now() + self.decision_wait();
+    }
+
+    /// How long the resolver waits for stability before it decides.
+    fn decision_wait(&self) -> Duration {
+        match self.settings.downing.strategy {
+            DowningStrategy::AutoDownUnsafe { after } => after,
+            _ => self.settings.downing.stable_after,
+        }
     }
 
     fn mark(&mut self, address: &Address, status: MemberStatus) {

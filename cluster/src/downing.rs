@@ -270,11 +270,15 @@ impl DowningView {
     /// with `down_if_alone` an oldest member cut off from all the others
     /// goes (in a two-member cluster the oldest stays).
     fn oldest(&self, how: Counting, down_if_alone: bool, role: Option<&str>) -> Decision {
-        let (all, kept, lost) = self.sides(how, role);
-        let Some(oldest) = all
-            .iter()
-            .copied()
-            .reduce(|a, b| if b.is_older_than(a) { b } else { a })
+        let (_, kept, lost) = self.sides(how, role);
+        // The oldest is never a Joining member, however they are counted.
+        let candidates = Counting {
+            possibly_up: false,
+            ..how
+        };
+        let Some(oldest) =
+            self.counted(candidates, role)
+                .reduce(|a, b| if b.is_older_than(a) { b } else { a })
         else {
             return Decision::DownAll;
         };

@@ -53,9 +53,17 @@ pub struct DowningSettings {
     /// How long the set of unreachable members must stay the same before
     /// the resolver acts. Default 20 s.
     pub stable_after: Duration,
-    /// If the unreachable set keeps changing for this long, down every
-    /// member. Default `stable_after * 3 / 4 + stable_after`, as Akka.
+    /// If reachability keeps changing for `stable_after` plus this long,
+    /// every node downs all members. Default (Akka's "on") 3/4 of
+    /// `stable_after`, at least 4 s: 15 s; `None` turns it off.
     pub down_all_when_unstable: Option<Duration>,
+}
+
+impl DowningSettings {
+    /// Akka's `down-all-when-unstable = on` for a given `stable_after`.
+    pub fn unstable_default(stable_after: Duration) -> Duration {
+        (stable_after * 3 / 4).max(Duration::from_secs(4))
+    }
 }
 
 /// Settings of a cluster node. `Default` gives Akka's defaults.
@@ -141,7 +149,7 @@ impl Default for ClusterSettings {
             downing: DowningSettings {
                 strategy: DowningStrategy::KeepMajority { role: None },
                 stable_after,
-                down_all_when_unstable: Some(stable_after + stable_after * 3 / 4),
+                down_all_when_unstable: Some(DowningSettings::unstable_default(stable_after)),
             },
         }
     }
@@ -344,11 +352,14 @@ impl ClusterSettings {
             if let Some(v) = d.stable_after {
                 self.downing.stable_after = duration("downing.stable-after", &v)?;
                 self.downing.down_all_when_unstable =
-                    Some(self.downing.stable_after + self.downing.stable_after * 3 / 4);
+                    Some(DowningSettings::unstable_default(self.downing.stable_after));
             }
             if let Some(v) = d.down_all_when_unstable {
-                self.downing.down_all_when_unstable =
-                    optional_duration("downing.down-all-when-unstable", &v)?;
+                self.downing.down_all_when_unstable = if v.trim() == "on" {
+                    Some(DowningSettings::unstable_default(self.downing.stable_after))
+                } else {
+                    optional_duration("downing.down-all-when-unstable", &v)?
+                };
             }
             if let Some(name) = d.strategy {
                 let role = d.role.clone();
@@ -521,7 +532,41 @@ mod tests {
             DowningStrategy::KeepMajority { role: None }
         );
         assert_eq!(s.downing.stable_after, Duration::from_secs(20));
+        assert_eq!(
+            s.downing.down_all_when_unstable,
+            Some(Duration::from_secs(15))
+        );
+        assert_eq!(s.down_removal_margin, None);
         s.validate().unwrap();
+    }
+
+    #[test]
+    fn down_all_when_unstable_is_extra_time_after_stable_after() {
+        let s = ClusterSettings::from_toml("[downing]\nstable-after = \"60s\"\n").unwrap();
+        assert_eq!(
+            s.downing.down_all_when_unstable,
+            Some(Duration::from_secs(45))
+        );
+        let s = ClusterSettings::from_toml(
+            "[downing]\nstable-after = \"2s\"\ndown-all-when-unstable = \"on\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.downing.down_all_when_unstable,
+            Some(Duration::from_secs(4))
+        );
+        let s =
+            ClusterSettings::from_toml("[downing]\ndown-all-when-unstable = \"off\"\n").unwrap();
+        assert_eq!(s.downing.down_all_when_unstable, None);
+    }
+
+    #[test]
+    fn the_guides_settings_file_is_valid() {
+        let guide = include_str!("../../guide/src/cluster-membership.md");
+        let start = guide.find("```toml\n").expect("a TOML example") + "```toml\n".len();
+        let end = start + guide[start..].find("```").expect("its end");
+        let s = ClusterSettings::from_toml(&guide[start..end]).unwrap();
+        assert_eq!(s.min_nr_of_members, 2);
     }
 
     #[test]

@@ -207,6 +207,12 @@ impl Association {
         self.ordinary.close();
     }
 
+    /// Shuts the outbound connections down: their writers end at once.
+    pub(crate) fn abort_connections(&self) {
+        self.control.shutdown_stream();
+        self.ordinary.shutdown_stream();
+    }
+
     /// Waits until the writers have sent what was queued before `close`
     /// and ended.
     pub(crate) async fn flushed(&self) {

@@ -17,7 +17,9 @@
 //! Ordering: a frame is written directly only while `in_flight` (frames
 //! queued or being written by the writer) is zero, checked under the slot
 //! lock that the writer also takes before it writes; a frame that is only
-//! partly written has its rest queued before the lock is released.
+//! partly written has its rest queued before the lock is released. Every
+//! frame is queued under that lock too, so none can slip in between a
+//! direct write and the rest of its frame.
 
 use crate::rt;
 use event_listener::Event;
@@ -120,8 +122,22 @@ impl Lane {
         }
     }
 
+    /// Queues a frame, if there is room.
     fn queue(&self, frame: Vec<u8>) -> bool {
+        let _order = self.slot();
+        self.queue_locked(frame)
+    }
+
+    /// As `queue`, with the slot lock held by the caller.
+    fn queue_locked(&self, frame: Vec<u8>) -> bool {
         self.reserve() && self.enqueue_reserved(frame)
+    }
+
+    /// Queues the unwritten rest of a directly written frame (slot lock
+    /// held): it must go out, so it takes a place even beyond `capacity`.
+    fn queue_rest_locked(&self, rest: Vec<u8>) -> bool {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.enqueue_reserved(rest)
     }
 
     /// Sends a frame: directly if the lane is idle, else through the
@@ -131,15 +147,12 @@ impl Lane {
         if self.in_flight.load(Ordering::Acquire) != 0 || !self.idle() {
             return self.queue(frame);
         }
-        let Ok(slot) = self.slot.try_lock() else {
-            return self.queue(frame);
-        };
+        // Waits for a direct write in progress (a non-blocking write, so
+        // not long): its rest, if any, must be queued first.
+        let slot = self.slot();
         let stream = match &slot.stream {
             Some(s) if !slot.writer_busy && self.in_flight.load(Ordering::Acquire) == 0 => s,
-            _ => {
-                drop(slot);
-                return self.queue(frame);
-            }
+            _ => return self.queue_locked(frame),
         };
         if !passes() {
             return true;
@@ -151,9 +164,10 @@ impl Lane {
             }
             // Partly written: the rest goes first in the (empty) queue,
             // while the slot is still locked.
-            Ok(n) => self.queue(frame[n..].to_vec()),
-            // A broken connection: the writer finds out on its next write.
-            Err(_) => self.queue(frame),
+            Ok(n) if n > 0 => self.queue_rest_locked(frame[n..].to_vec()),
+            // Nothing written yet, or a broken connection (the writer finds
+            // out on its next write): queued as any other frame.
+            _ => self.queue_locked(frame),
         }
     }
 
@@ -164,12 +178,14 @@ impl Lane {
                 return false;
             }
             if self.reserve() {
+                let _order = self.slot();
                 return self.enqueue_reserved(frame);
             }
             // Listen first, then look again: a place freed in between is
             // not missed.
             let room = self.room.listen();
             if self.reserve() {
+                let _order = self.slot();
                 return self.enqueue_reserved(frame);
             }
             if self.tx.is_closed() {
@@ -188,6 +204,13 @@ impl Lane {
     /// The writer has (re)connected.
     pub(crate) fn attach(&self, stream: rt::TcpStream) {
         self.slot().stream = Some(stream);
+    }
+
+    /// Shuts the attached connection down (its writer's writes fail).
+    pub(crate) fn shutdown_stream(&self) {
+        if let Some(s) = &self.slot().stream {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
     }
 
     /// The connection is gone: no direct writes until the next `attach`.
@@ -268,6 +291,85 @@ mod tests {
             assert!(!lane.send(vec![5]).await);
             assert_eq!(lane.next_batch(&mut buf, 1024, || true).await, None);
         });
+    }
+
+    /// Several threads send frames of random sizes through one lane to a
+    /// slow reader, so that direct writes are often partial and race with
+    /// queued frames: every frame must arrive whole.
+    #[test]
+    fn concurrent_senders_never_interleave_frames_on_the_wire() {
+        use std::io::Read;
+        const THREADS: u8 = 4;
+        const PER_THREAD: usize = 200;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut counts = [0usize; THREADS as usize];
+            let mut header = [0u8; 4];
+            for _ in 0..THREADS as usize * PER_THREAD {
+                s.read_exact(&mut header).unwrap();
+                let len = u32::from_be_bytes(header) as usize;
+                let mut body = vec![0u8; len];
+                s.read_exact(&mut body).unwrap();
+                let who = body[0];
+                assert!(
+                    body.iter().all(|b| *b == who),
+                    "a frame of {len} bytes from sender {who} is mixed with another"
+                );
+                counts[who as usize] += 1;
+                // A slow reader: the socket buffer fills, writes go partial.
+                if fastrand::u8(..) < 16 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            counts
+        });
+        let lane = std::sync::Arc::new(Lane::new(64));
+        let stream = std::net::TcpStream::connect(addr).unwrap();
+        rustix::net::sockopt::set_socket_send_buffer_size(&stream, 8192).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let stream = rt::TcpStream::from(stream);
+        lane.attach(stream.clone());
+        let writer = {
+            let lane = lane.clone();
+            rt::spawn(async move {
+                use futures_lite::AsyncWriteExt;
+                let mut s = stream;
+                let mut buf = Vec::new();
+                while let Some(taken) = lane.next_batch(&mut buf, 64 * 1024, || true).await {
+                    s.write_all(&buf).await.unwrap();
+                    buf.clear();
+                    lane.batch_written(taken);
+                }
+            })
+        };
+        let senders: Vec<_> = (0..THREADS)
+            .map(|who| {
+                let lane = lane.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..PER_THREAD {
+                        let len = fastrand::usize(1..6_000);
+                        let mut frame = (len as u32).to_be_bytes().to_vec();
+                        frame.resize(4 + len, who);
+                        if !lane.push(frame.clone(), || true) {
+                            assert!(rt::block_on(lane.send(frame)));
+                        }
+                        if fastrand::u8(..) < 32 {
+                            // Let the lane go idle now and then: direct writes.
+                            std::thread::sleep(Duration::from_micros(50));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for s in senders {
+            s.join().unwrap();
+        }
+        let counts = reader.join().unwrap();
+        assert_eq!(counts, [PER_THREAD; THREADS as usize]);
+        lane.close();
+        rt::block_on(writer);
     }
 
     #[test]

@@ -157,6 +157,12 @@ impl RemotingShared {
             return a.clone();
         }
         let a = Arc::new(Association::new(self.clone(), address.clone()));
+        if self.is_shut_down() {
+            // Nothing goes out after shutdown: a closed association that
+            // is not kept (sends to it fail at once).
+            a.close();
+            return a;
+        }
         map.insert(address.clone(), a.clone());
         a
     }
@@ -354,6 +360,10 @@ impl RemotingShared {
                 self.address,
                 self.settings.shutdown_flush_timeout
             );
+            // A writer stuck on a peer that stopped reading ends now.
+            for a in &assocs {
+                a.abort_connections();
+            }
         }
         for (_, s) in lock(&self.inbound).drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
