@@ -240,25 +240,31 @@ fn the_oldest_hosts_it_and_a_leave_hands_it_over_without_overlap() {
     });
 }
 
+/// Once all of `nodes` are Up and the oldest hosts the singleton, cuts the
+/// host off from the others (as if it crashed); returns it, removed from
+/// `nodes`.
+async fn cut_off_the_host(nodes: &mut Vec<Node>) -> Node {
+    all_up(nodes, nodes.len()).await;
+    let first = oldest(nodes).await;
+    eventually("the oldest hosts the singleton", async || {
+        hosts(&nodes[first])
+    })
+    .await;
+    let host = nodes.remove(first);
+    for n in nodes.iter() {
+        let f = n.system.remoting().unwrap().fault_injector().unwrap();
+        f.blackhole(host.cluster.self_address(), Direction::Both);
+    }
+    host
+}
+
 #[test]
 fn a_crashed_host_is_taken_over_after_it_is_downed() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     rt::block_on(async {
         let probe = Arc::new(Probe::default());
         let mut nodes = nodes(3, &probe);
-        all_up(&nodes, 3).await;
-        let first = oldest(&nodes).await;
-        eventually("the oldest hosts the singleton", async || {
-            hosts(&nodes[first])
-        })
-        .await;
-        // Cut the host off from the others (as if it crashed).
-        let host = nodes.remove(first);
-        let host_addr = host.cluster.self_address().clone();
-        for n in &nodes {
-            let f = n.system.remoting().unwrap().fault_injector().unwrap();
-            f.blackhole(&host_addr, Direction::Both);
-        }
+        let host = cut_off_the_host(&mut nodes).await;
         let rest: BTreeSet<Address> = nodes
             .iter()
             .map(|n| n.cluster.self_address().clone())
@@ -296,18 +302,8 @@ fn a_down_removal_margin_delays_the_take_over_so_instances_never_overlap() {
         let margin = Duration::from_secs(3);
         let probe = Arc::new(Probe::default());
         let mut nodes = nodes_with(3, &probe, Some(margin));
-        all_up(&nodes, 3).await;
-        let first = oldest(&nodes).await;
-        eventually("the oldest hosts the singleton", async || {
-            hosts(&nodes[first])
-        })
-        .await;
-        let host = nodes.remove(first);
+        let host = cut_off_the_host(&mut nodes).await;
         let host_node = host.cluster.self_node().clone();
-        for n in &nodes {
-            let f = n.system.remoting().unwrap().fault_injector().unwrap();
-            f.blackhole(host.cluster.self_address(), Direction::Both);
-        }
         eventually("the cut-off host is removed", async || {
             nodes[0]
                 .cluster
