@@ -60,6 +60,14 @@ fn fastrand_u64() -> u64 {
 }
 
 fn start_nodes(n: usize, stores: Option<&[PathBuf]>) -> Vec<Node> {
+    start_nodes_with(n, stores, |_| {})
+}
+
+fn start_nodes_with(
+    n: usize,
+    stores: Option<&[PathBuf]>,
+    tweak: impl Fn(&mut ReplicatorSettings),
+) -> Vec<Node> {
     let systems: Vec<ActorSystem> = (0..n)
         .map(|_| {
             ActorSystem::builder("ddata")
@@ -86,6 +94,7 @@ fn start_nodes(n: usize, stores: Option<&[PathBuf]>) -> Vec<Node> {
                 settings.durable_keys = vec!["durable-*".into()];
                 settings.durable_store = stores[i].join("replicator.redb");
             }
+            tweak(&mut settings);
             let replicator = Replicator::start(&system, &cluster, settings).unwrap();
             Node {
                 system,
@@ -362,6 +371,60 @@ fn a_set_of_twenty_thousand_elements_replicates() {
             .unwrap()
             .unwrap();
         assert_eq!(got.len(), 20_000);
+        shutdown(nodes).await;
+    });
+}
+
+#[test]
+fn a_node_that_left_is_pruned_from_the_data_and_its_count_kept() {
+    use troupe_cluster::ddata::ReplicatedData;
+    rt::block_on(async {
+        let mut nodes = start_nodes_with(3, None, |s| {
+            s.pruning_interval = Duration::from_millis(200);
+            s.max_pruning_dissemination = Duration::from_millis(500);
+        });
+        all_up(&nodes).await;
+        let key = Key::<GCounter>::new("visits");
+        let all = WriteConsistency::All {
+            timeout: Duration::from_secs(3),
+        };
+        for (i, n) in nodes.iter().enumerate() {
+            let me = n.cluster.self_node().clone();
+            n.replicator
+                .update(&key, GCounter::new(), all, move |mut c| {
+                    c.increment(&me, 10 * (i as u64 + 1));
+                    c
+                })
+                .await
+                .unwrap();
+        }
+        // The node that counted 30 leaves for good.
+        let gone = nodes.pop().unwrap();
+        let gone_node = gone.cluster.self_node().clone();
+        gone.cluster.leave(gone.cluster.self_address());
+        let start = Instant::now();
+        loop {
+            let mut done = true;
+            for n in &nodes {
+                let c = n
+                    .replicator
+                    .get(&key, ReadConsistency::Local)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(c.value(), 60, "a count was lost or doubled");
+                done &= !c.need_pruning_from(&gone_node);
+            }
+            if done {
+                break;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{gone_node} was not pruned from the counter"
+            );
+            rt::sleep(Duration::from_millis(50)).await;
+        }
+        gone.system.shutdown().await;
         shutdown(nodes).await;
     });
 }

@@ -22,7 +22,9 @@
 //! the [`VersionVector`] and the OR-set's dots (and, through them, the
 //! OR-map's keys and values) collapse a removed node's contributions into
 //! another node with [`ReplicatedData::prune`], and replicas that learn of it
-//! drop theirs with [`ReplicatedData::pruning_cleanup`] before merging.
+//! drop theirs with [`ReplicatedData::pruning_cleanup`] before merging. The
+//! [`Replicator`] runs the protocol (see its settings `pruning_interval`,
+//! `max_pruning_dissemination` and `pruning_marker_time_to_live`).
 //!
 //! Every type is `Serialize`/`Deserialize`; maps keyed by nodes or elements
 //! are encoded as sequences of pairs, so self-describing formats that only
@@ -35,6 +37,7 @@ pub mod lww_register;
 pub mod or_map;
 pub mod or_set;
 pub mod pncounter;
+mod pruning;
 mod replicator;
 mod types;
 

@@ -6,18 +6,19 @@
 //! `Replicator`, with full-state replication.
 
 use super::durable::DurableStore;
+use super::pruning::{add_seen, is_obsolete, merge_pruning, Pruning, PruningState};
 use super::types::{erase, Erased, TypeRegistry};
 use super::ReplicatedData;
 use crate::cluster::{Cluster, ClusterError};
 use crate::member::{fnv1a, MemberStatus, UniqueAddress};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use troupe_core::prelude::*;
 use troupe_core::{rt, Props};
 
@@ -138,6 +139,15 @@ pub struct ReplicatorSettings {
     /// The durable store file. Default `ddata/replicator.redb` (use one per
     /// node).
     pub durable_store: PathBuf,
+    /// How often removed-node pruning makes progress. Default 120 s.
+    pub pruning_interval: Duration,
+    /// How long a removed node's last changes are given to spread before
+    /// its pruning starts. Default 60 s.
+    pub max_pruning_dissemination: Duration,
+    /// How long a performed pruning is remembered; meanwhile a replica
+    /// that still holds the removed node's changes has them dropped when
+    /// merged, so they are never counted twice. Default 6 h.
+    pub pruning_marker_time_to_live: Duration,
 }
 
 impl Default for ReplicatorSettings {
@@ -148,6 +158,9 @@ impl Default for ReplicatorSettings {
             majority_min_cap: 0,
             durable_keys: Vec::new(),
             durable_store: PathBuf::from("ddata/replicator.redb"),
+            pruning_interval: Duration::from_secs(120),
+            max_pruning_dissemination: Duration::from_secs(60),
+            pruning_marker_time_to_live: Duration::from_secs(6 * 3600),
         }
     }
 }
@@ -159,6 +172,9 @@ pub(crate) enum WireEntry {
         type_name: String,
         #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
+        /// Removed-node pruning markers.
+        #[serde(default, with = "crate::ddata::crdt::pairs")]
+        pruning: Pruning,
     },
     Deleted,
 }
@@ -206,19 +222,30 @@ enum Value {
 
 struct Entry {
     value: Value,
+    pruning: Pruning,
     digest: u64,
 }
 
 const DELETED_DIGEST: u64 = u64::MAX;
 
 impl Entry {
-    fn new(value: Value) -> Self {
+    fn new(value: Value, pruning: Pruning) -> Self {
+        // The markers count in the digest: their progress must spread.
+        let markers = if pruning.is_empty() {
+            Vec::new()
+        } else {
+            rmp_serde::to_vec(&pruning.iter().collect::<Vec<_>>()).unwrap_or_default()
+        };
         let digest = match &value {
-            Value::Data(d) => fnv1a(d.encode()),
+            Value::Data(d) => fnv1a(d.encode().into_iter().chain(markers)),
             Value::Raw { bytes, .. } => fnv1a(bytes.iter().copied()),
             Value::Deleted => DELETED_DIGEST,
         };
-        Entry { value, digest }
+        Entry {
+            value,
+            pruning,
+            digest,
+        }
     }
 
     fn to_wire(&self) -> WireEntry {
@@ -226,14 +253,31 @@ impl Entry {
             Value::Data(d) => WireEntry::Data {
                 type_name: d.type_name().to_string(),
                 bytes: d.encode(),
+                pruning: self.pruning.clone(),
             },
             Value::Raw { type_name, bytes } => WireEntry::Data {
                 type_name: type_name.clone(),
                 bytes: bytes.clone(),
+                pruning: self.pruning.clone(),
             },
             Value::Deleted => WireEntry::Deleted,
         }
     }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `d` without the changes of nodes whose pruning has been performed.
+fn cleaned(d: Box<dyn Erased>, pruning: &Pruning) -> Box<dyn Erased> {
+    pruning.iter().fold(d, |d, (removed, state)| match state {
+        PruningState::Performed { .. } if d.need_pruning_from(removed) => d.cleaned(removed),
+        _ => d,
+    })
 }
 
 type Notify = Box<dyn Fn(&dyn Erased) -> bool + Send>;
@@ -248,6 +292,14 @@ pub struct ReplicatorActor {
     /// The other replicas.
     replicas: Vec<ActorRef<ReplicatorActor>>,
     durable: Option<DurableStore>,
+    /// Every node with a replica, this one included.
+    nodes: BTreeSet<UniqueAddress>,
+    /// Nodes removed from the cluster, and when this node learnt it.
+    removed: BTreeMap<UniqueAddress, Instant>,
+    /// This node leads the replicas (starts pruning).
+    is_leader: bool,
+    /// No member is unreachable (pruning makes progress only then).
+    all_reachable: bool,
 }
 
 /// A local update: the function that makes the new value.
@@ -297,8 +349,18 @@ struct Subscribe {
     notify: Notify,
 }
 
+/// The membership as the replicator needs it.
 #[derive(Message)]
-struct Replicas(Vec<ActorRef<ReplicatorActor>>);
+struct Members {
+    replicas: Vec<ActorRef<ReplicatorActor>>,
+    nodes: BTreeSet<UniqueAddress>,
+    removed: Vec<UniqueAddress>,
+    is_leader: bool,
+    all_reachable: bool,
+}
+
+#[derive(Debug, Clone, Copy, Message)]
+struct PruningTick;
 
 #[derive(Debug, Clone, Copy, Message)]
 struct GossipTick;
@@ -322,12 +384,14 @@ impl ReplicatorActor {
     }
 
     /// Installs a new value for `key`: digest, durable store, subscribers.
-    fn set(&mut self, key: &str, value: Value) {
-        let entry = Entry::new(value);
+    fn set(&mut self, key: &str, value: Value, pruning: Pruning) {
+        let entry = Entry::new(value, pruning);
         if self.is_durable(key) {
             if let Some(store) = &self.durable {
                 let result = match &entry.to_wire() {
-                    WireEntry::Data { type_name, bytes } => store.store(key, type_name, bytes),
+                    WireEntry::Data {
+                        type_name, bytes, ..
+                    } => store.store(key, type_name, bytes),
                     WireEntry::Deleted => store.remove(key),
                 };
                 if let Err(e) = result {
@@ -344,43 +408,149 @@ impl ReplicatorActor {
     }
 
     /// Merges a replica received from elsewhere; true if it was taken in.
+    /// Both sides' pruning markers merge too, and the changes of nodes
+    /// whose pruning was performed are dropped from both sides first.
     fn merge_in(&mut self, key: &str, wire: WireEntry) -> bool {
-        let merged = match (self.entries.get(key).map(|e| &e.value), wire) {
-            (Some(Value::Deleted), _) => return true,
-            (_, WireEntry::Deleted) => Value::Deleted,
-            (Some(Value::Data(local)), WireEntry::Data { bytes, .. }) => {
-                match local.merge_encoded(&bytes) {
-                    Ok(m) => Value::Data(m),
-                    Err(e) => {
-                        tracing::warn!("dropped a replica of `{key}`: {e}");
-                        return false;
-                    }
+        let (type_name, bytes, theirs) = match wire {
+            WireEntry::Deleted => {
+                if !matches!(
+                    self.entries.get(key).map(|e| &e.value),
+                    Some(Value::Deleted)
+                ) {
+                    self.set(key, Value::Deleted, Pruning::new());
                 }
+                return true;
             }
-            (_, WireEntry::Data { type_name, bytes }) => {
-                match self.types.decode(&type_name, &bytes) {
-                    Ok(d) => Value::Data(d),
-                    Err(e) => {
-                        tracing::warn!("dropped a replica of `{key}`: {e}");
-                        return false;
-                    }
-                }
+            WireEntry::Data {
+                type_name,
+                bytes,
+                pruning,
+            } => (type_name, bytes, pruning),
+        };
+        let (local, mut pruning) = match self.entries.get(key) {
+            Some(Entry {
+                value: Value::Deleted,
+                ..
+            }) => return true,
+            Some(Entry {
+                value: Value::Data(d),
+                pruning,
+                ..
+            }) => (
+                Some(d.clone_box()),
+                merge_pruning(pruning, &theirs, now_ms()),
+            ),
+            _ => (None, merge_pruning(&Pruning::new(), &theirs, now_ms())),
+        };
+        let incoming = match self.types.decode(&type_name, &bytes) {
+            Ok(d) => cleaned(d, &pruning),
+            Err(e) => {
+                tracing::warn!("dropped a replica of `{key}`: {e}");
+                return false;
             }
         };
-        let unchanged = match (&merged, self.entries.get(key)) {
-            (
-                Value::Data(m),
-                Some(Entry {
-                    value: Value::Data(_),
-                    digest,
-                }),
-            ) => fnv1a(m.encode()) == *digest,
-            _ => false,
+        let merged = match local {
+            Some(local) => match cleaned(local, &pruning).merge_with(incoming.as_ref()) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!("dropped a replica of `{key}`: {e}");
+                    return false;
+                }
+            },
+            None => incoming,
         };
-        if !unchanged {
-            self.set(key, merged);
+        add_seen(&mut pruning, &self.self_node);
+        let new = Entry::new(Value::Data(merged), pruning);
+        if self.entries.get(key).map(|e| e.digest) != Some(new.digest) {
+            self.set(key, new.value, new.pruning);
         }
         true
+    }
+
+    /// One round of removed-node pruning (Akka's): the leader marks keys
+    /// holding a removed node's changes; the owner of a marker every
+    /// replica has seen collapses those changes into its own; expired
+    /// markers go.
+    fn prune_removed_nodes(&mut self) {
+        if !self.all_reachable {
+            return;
+        }
+        let now = now_ms();
+        let me = self.self_node.clone();
+        let ready: Vec<UniqueAddress> = self
+            .removed
+            .iter()
+            .filter(|(_, at)| at.elapsed() >= self.settings.max_pruning_dissemination)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let ttl = self.settings.pruning_marker_time_to_live.as_millis() as u64;
+        // Per key: the pruned value (if pruned now) and the new markers.
+        type Change = (String, Option<Box<dyn Erased>>, Pruning);
+        let mut changes: Vec<Change> = Vec::new();
+        for (key, entry) in &self.entries {
+            let Value::Data(d) = &entry.value else {
+                continue;
+            };
+            let mut pruning = entry.pruning.clone();
+            let mut data: Option<Box<dyn Erased>> = None;
+            if self.is_leader {
+                for removed in &ready {
+                    let mine = matches!(
+                        pruning.get(removed),
+                        Some(PruningState::Initialized { owner, .. }) if *owner == me
+                    );
+                    let done = matches!(pruning.get(removed), Some(PruningState::Performed { .. }));
+                    if d.need_pruning_from(removed) && !mine && !done {
+                        tracing::debug!("pruning of {removed} in `{key}` starts");
+                        pruning.insert(
+                            removed.clone(),
+                            PruningState::Initialized {
+                                owner: me.clone(),
+                                seen: [me.clone()].into(),
+                            },
+                        );
+                    }
+                }
+            }
+            for (removed, state) in pruning.iter_mut() {
+                if let PruningState::Initialized { owner, seen } = state {
+                    if *owner == me && self.nodes.iter().all(|n| seen.contains(n)) {
+                        let current = data.take().unwrap_or_else(|| d.clone_box());
+                        data = Some(current.pruned(removed, &me));
+                        tracing::debug!("pruned the changes of {removed} in `{key}`");
+                        *state = PruningState::Performed {
+                            obsolete_at_ms: now + ttl,
+                        };
+                    }
+                }
+            }
+            pruning.retain(|_, p| !is_obsolete(p, now));
+            if data.is_some() || pruning != entry.pruning {
+                changes.push((key.clone(), data, pruning));
+            }
+        }
+        for (key, data, pruning) in changes {
+            match data {
+                Some(d) => self.set(&key, Value::Data(d), pruning),
+                None => self.set_pruning(&key, pruning),
+            }
+        }
+        // A removed node is forgotten once nothing holds its changes.
+        let entries = &self.entries;
+        self.removed.retain(|n, _| {
+            entries.values().any(|e| {
+                e.pruning.contains_key(n)
+                    || matches!(&e.value, Value::Data(d) if d.need_pruning_from(n))
+            })
+        });
+    }
+
+    /// New markers for `key`, its value unchanged (no notification).
+    fn set_pruning(&mut self, key: &str, pruning: Pruning) {
+        if let Some(e) = self.entries.remove(key) {
+            self.entries
+                .insert(key.to_string(), Entry::new(e.value, pruning));
+        }
     }
 
     /// Decodes entries loaded from disk whose type is now known.
@@ -397,7 +567,12 @@ impl ReplicatorActor {
             .collect();
         for (k, t, b) in raw {
             if let Ok(d) = self.types.decode(&t, &b) {
-                self.entries.insert(k, Entry::new(Value::Data(d)));
+                let pruning = self
+                    .entries
+                    .get(&k)
+                    .map(|e| e.pruning.clone())
+                    .unwrap_or_default();
+                self.entries.insert(k, Entry::new(Value::Data(d), pruning));
             }
         }
     }
@@ -406,6 +581,7 @@ impl ReplicatorActor {
 impl Actor for ReplicatorActor {
     async fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.start_periodic_timer("gossip", GossipTick, self.settings.gossip_interval);
+        ctx.start_periodic_timer("pruning", PruningTick, self.settings.pruning_interval);
     }
 }
 
@@ -418,7 +594,12 @@ impl ReplicatorActor {
             _ => None,
         };
         let new = (u.apply)(current)?;
-        self.set(&u.key, Value::Data(new));
+        let pruning = self
+            .entries
+            .get(&u.key)
+            .map(|e| e.pruning.clone())
+            .unwrap_or_default();
+        self.set(&u.key, Value::Data(new), pruning);
         Ok(Plan {
             entry: self.entries.get(&u.key).map(Entry::to_wire),
             replicas: self.replicas.clone(),
@@ -426,7 +607,7 @@ impl ReplicatorActor {
     }
 
     async fn delete(&mut self, d: Delete, _ctx: &mut Context<Self>) -> Result<Plan, DataError> {
-        self.set(&d.key, Value::Deleted);
+        self.set(&d.key, Value::Deleted, Pruning::new());
         Ok(Plan {
             entry: Some(WireEntry::Deleted),
             replicas: self.replicas.clone(),
@@ -468,8 +649,19 @@ impl ReplicatorActor {
         self.replicas.len()
     }
 
-    async fn replicas(&mut self, r: Replicas, _ctx: &mut Context<Self>) {
-        self.replicas = r.0;
+    async fn members(&mut self, m: Members, _ctx: &mut Context<Self>) {
+        self.replicas = m.replicas;
+        self.nodes = m.nodes;
+        self.is_leader = m.is_leader;
+        self.all_reachable = m.all_reachable;
+        let now = Instant::now();
+        for n in m.removed {
+            self.removed.entry(n).or_insert(now);
+        }
+    }
+
+    async fn pruning_tick(&mut self, _t: PruningTick, _ctx: &mut Context<Self>) {
+        self.prune_removed_nodes();
     }
 
     async fn types_changed(&mut self, _m: TypesChanged, _ctx: &mut Context<Self>) {
@@ -594,7 +786,7 @@ impl Replicator {
                     Ok(d) => Value::Data(d),
                     Err(_) => Value::Raw { type_name, bytes },
                 };
-                entries.insert(key, Entry::new(value));
+                entries.insert(key, Entry::new(value, Pruning::new()));
             }
             tracing::info!(
                 "loaded {} durable keys from {}",
@@ -614,6 +806,10 @@ impl Replicator {
                     subscribers: HashMap::new(),
                     replicas: Vec::new(),
                     durable,
+                    nodes: BTreeSet::new(),
+                    removed: BTreeMap::new(),
+                    is_leader: false,
+                    all_reachable: true,
                 })
                 .with_name(NAME),
             )
@@ -862,8 +1058,9 @@ impl Replicator {
     }
 }
 
-/// Keeps the replicator's list of other replicas up to date with the
-/// membership: Up and WeaklyUp members (of the role), this node excluded.
+/// Keeps the replicator's view of the membership up to date: the other
+/// replicas (Up and WeaklyUp members of the role), the nodes removed since,
+/// whether this node leads them, and whether all are reachable.
 fn follow_replicas(
     system: ActorSystem,
     cluster: Cluster,
@@ -874,20 +1071,47 @@ fn follow_replicas(
         let Ok((snapshot, events)) = cluster.subscribe().await else {
             return;
         };
-        let mut members = snapshot.members;
+        let mut state = snapshot;
+        let mut known: BTreeSet<UniqueAddress> = BTreeSet::new();
         loop {
-            let replicas: Vec<ActorRef<ReplicatorActor>> = members
+            let with_role =
+                |m: &&crate::member::Member| role.as_deref().is_none_or(|r| m.has_role(r));
+            let nodes: BTreeSet<UniqueAddress> = state
+                .members
                 .iter()
                 .filter(|m| matches!(m.status, MemberStatus::Up | MemberStatus::WeaklyUp))
-                .filter(|m| role.as_deref().is_none_or(|r| m.has_role(r)))
-                .filter(|m| &m.node != cluster.self_node())
-                .filter_map(|m| {
-                    system
-                        .resolve(&format!("{}/system/{NAME}", m.node.address))
-                        .ok()
-                })
+                .filter(with_role)
+                .map(|m| m.node.clone())
                 .collect();
-            if actor.tell(Replicas(replicas)).is_err() {
+            let present: BTreeSet<&UniqueAddress> = state.members.iter().map(|m| &m.node).collect();
+            let removed: Vec<UniqueAddress> = known
+                .iter()
+                .filter(|n| !present.contains(n))
+                .cloned()
+                .collect();
+            known.retain(|n| present.contains(n));
+            known.extend(nodes.iter().cloned());
+            let leader = match role.as_deref() {
+                None => state.leader.clone(),
+                Some(r) => state
+                    .role_leaders
+                    .iter()
+                    .find(|(name, _)| name == r)
+                    .and_then(|(_, l)| l.clone()),
+            };
+            let replicas: Vec<ActorRef<ReplicatorActor>> = nodes
+                .iter()
+                .filter(|n| *n != cluster.self_node())
+                .filter_map(|n| system.resolve(&format!("{}/system/{NAME}", n.address)).ok())
+                .collect();
+            let members = Members {
+                replicas,
+                is_leader: leader.as_ref() == Some(cluster.self_node()),
+                all_reachable: state.unreachable.is_empty(),
+                nodes,
+                removed,
+            };
+            if actor.tell(members).is_err() {
                 return;
             }
             if events.recv().await.is_err() {
@@ -895,9 +1119,146 @@ fn follow_replicas(
             }
             while events.try_recv().is_ok() {}
             match cluster.state().await {
-                Ok(s) => members = s.members,
+                Ok(s) => state = s,
                 Err(_) => return,
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ddata::GCounter;
+    use troupe_core::remote::Address;
+
+    fn node(port: u16) -> UniqueAddress {
+        UniqueAddress::new(Address::new("s", "127.0.0.1", port), port.into())
+    }
+
+    /// A replica as the replicator actor keeps it, driven by hand.
+    fn replica(me: u16, nodes: &[u16], removed: u16, leader: bool) -> ReplicatorActor {
+        ReplicatorActor {
+            self_node: node(me),
+            settings: ReplicatorSettings {
+                max_pruning_dissemination: Duration::ZERO,
+                ..ReplicatorSettings::default()
+            },
+            types: TypeRegistry::with_builtins(),
+            entries: HashMap::new(),
+            subscribers: HashMap::new(),
+            replicas: Vec::new(),
+            durable: None,
+            nodes: nodes.iter().map(|p| node(*p)).collect(),
+            removed: [(node(removed), Instant::now())].into(),
+            is_leader: leader,
+            all_reachable: true,
+        }
+    }
+
+    fn counter(parts: &[(u16, u64)]) -> WireEntry {
+        let mut c = GCounter::new();
+        for (p, n) in parts {
+            c.increment(&node(*p), *n);
+        }
+        WireEntry::Data {
+            type_name: "GCounter".into(),
+            bytes: erase(c, "GCounter").encode(),
+            pruning: Pruning::new(),
+        }
+    }
+
+    fn value(r: &ReplicatorActor) -> GCounter {
+        match &r.entries["k"].value {
+            Value::Data(d) => d.as_any().downcast_ref::<GCounter>().unwrap().clone(),
+            _ => panic!("no counter"),
+        }
+    }
+
+    /// Every replica merges every other's entry, twice over.
+    fn gossip(replicas: &mut [ReplicatorActor]) {
+        for _ in 0..2 {
+            for i in 0..replicas.len() {
+                let wire = replicas[i].entries["k"].to_wire();
+                for (j, r) in replicas.iter_mut().enumerate() {
+                    if i != j {
+                        assert!(r.merge_in("k", wire.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_removed_nodes_count_moves_to_the_owner_and_stale_copies_do_not_bring_it_back() {
+        let all = [1, 2, 3];
+        // Node 9 was removed; it had counted 4 (node 3 only saw 3 of it).
+        let mut rs = [
+            replica(1, &all, 9, true),
+            replica(2, &all, 9, false),
+            replica(3, &all, 9, false),
+        ];
+        assert!(rs[0].merge_in("k", counter(&[(1, 1), (9, 4)])));
+        assert!(rs[1].merge_in("k", counter(&[(2, 2), (9, 4)])));
+        assert!(rs[2].merge_in("k", counter(&[(9, 3)])));
+        // The leader marks the key; until every replica has seen the
+        // marker, nothing is pruned.
+        rs[0].prune_removed_nodes();
+        assert!(value(&rs[0]).need_pruning_from(&node(9)));
+        gossip(&mut rs);
+        rs[0].prune_removed_nodes();
+        let pruned = value(&rs[0]);
+        assert!(!pruned.need_pruning_from(&node(9)));
+        assert_eq!(
+            pruned.value(),
+            1 + 2 + 4,
+            "the removed node's count is kept"
+        );
+        gossip(&mut rs);
+        for r in &rs {
+            assert!(!value(r).need_pruning_from(&node(9)));
+            assert_eq!(value(r).value(), 7);
+        }
+        // A stale copy with the removed node's changes (an old durable
+        // replica, a late message) is cleaned before it is merged.
+        assert!(rs[1].merge_in("k", counter(&[(1, 1), (9, 4)])));
+        assert_eq!(value(&rs[1]).value(), 7, "counted twice");
+        // The marker expires after its time to live; nothing else changes.
+        rs[2].settings.pruning_marker_time_to_live = Duration::ZERO;
+        assert!(!rs[2].entries["k"].pruning.is_empty());
+        if let Some(PruningState::Performed { obsolete_at_ms }) = rs[2]
+            .entries
+            .get_mut("k")
+            .unwrap()
+            .pruning
+            .get_mut(&node(9))
+        {
+            *obsolete_at_ms = 0;
+        }
+        rs[2].prune_removed_nodes();
+        assert!(rs[2].entries["k"].pruning.is_empty());
+        assert_eq!(value(&rs[2]).value(), 7);
+    }
+
+    #[test]
+    fn only_the_owner_prunes_and_only_once_all_have_seen_the_marker() {
+        let all = [1, 2, 3];
+        let mut rs = [replica(1, &all, 9, true), replica(2, &all, 9, false)];
+        for r in rs.iter_mut() {
+            assert!(r.merge_in("k", counter(&[(9, 5)])));
+        }
+        rs[0].prune_removed_nodes();
+        let wire = rs[0].entries["k"].to_wire();
+        assert!(rs[1].merge_in("k", wire));
+        // Node 2 is not the owner; node 3 has not seen the marker.
+        rs[1].prune_removed_nodes();
+        let wire = rs[1].entries["k"].to_wire();
+        assert!(rs[0].merge_in("k", wire));
+        rs[0].prune_removed_nodes();
+        assert!(
+            value(&rs[0]).need_pruning_from(&node(9)),
+            "node 3 has not seen it"
+        );
+        assert!(value(&rs[1]).need_pruning_from(&node(9)));
+    }
 }

@@ -5,6 +5,7 @@
 
 use super::crdt::ReplicatedData;
 use super::{GCounter, LWWRegister, ORSet, PNCounter};
+use crate::member::UniqueAddress;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::any::{Any, TypeId};
@@ -56,8 +57,14 @@ fn decode_value<T: DeserializeOwned>(bytes: &[u8], name: &str) -> Result<T, Stri
 
 /// A replica of some data type, type-erased.
 pub(crate) trait Erased: Send + Sync {
-    /// Merges an encoded replica of the same type into a new value.
-    fn merge_encoded(&self, bytes: &[u8]) -> Result<Box<dyn Erased>, String>;
+    /// Merges a replica of the same type into a new value.
+    fn merge_with(&self, other: &dyn Erased) -> Result<Box<dyn Erased>, String>;
+    /// See [`ReplicatedData::need_pruning_from`].
+    fn need_pruning_from(&self, removed: &UniqueAddress) -> bool;
+    /// A copy with `removed`'s changes collapsed into `into`.
+    fn pruned(&self, removed: &UniqueAddress, into: &UniqueAddress) -> Box<dyn Erased>;
+    /// A copy without `removed`'s changes.
+    fn cleaned(&self, removed: &UniqueAddress) -> Box<dyn Erased>;
     fn encode(&self) -> Vec<u8>;
     fn as_any(&self) -> &dyn Any;
     fn type_name(&self) -> &'static str;
@@ -70,12 +77,25 @@ struct Typed<T> {
 }
 
 impl<T: ReplicatedData + Serialize + DeserializeOwned> Erased for Typed<T> {
-    fn merge_encoded(&self, bytes: &[u8]) -> Result<Box<dyn Erased>, String> {
-        let other: T = decode_value(bytes, self.name)?;
-        Ok(Box::new(Typed {
-            value: self.value.merge(&other),
-            name: self.name,
-        }))
+    fn merge_with(&self, other: &dyn Erased) -> Result<Box<dyn Erased>, String> {
+        let other = other
+            .as_any()
+            .downcast_ref::<T>()
+            .ok_or_else(|| format!("a `{}` cannot merge a `{}`", self.name, other.type_name()))?;
+        Ok(erase(self.value.merge(other), self.name))
+    }
+    fn need_pruning_from(&self, removed: &UniqueAddress) -> bool {
+        self.value.need_pruning_from(removed)
+    }
+    fn pruned(&self, removed: &UniqueAddress, into: &UniqueAddress) -> Box<dyn Erased> {
+        let mut value = self.value.clone();
+        value.prune(removed, into);
+        erase(value, self.name)
+    }
+    fn cleaned(&self, removed: &UniqueAddress) -> Box<dyn Erased> {
+        let mut value = self.value.clone();
+        value.pruning_cleanup(removed);
+        erase(value, self.name)
     }
     fn encode(&self) -> Vec<u8> {
         encode_value(&self.value)
