@@ -148,6 +148,9 @@ pub struct ReplicatorSettings {
     /// that still holds the removed node's changes has them dropped when
     /// merged, so they are never counted twice. Default 6 h.
     pub pruning_marker_time_to_live: Duration,
+    /// The same for durable keys, which can come back from disk much
+    /// later. Default 10 days.
+    pub durable_pruning_marker_time_to_live: Duration,
 }
 
 impl Default for ReplicatorSettings {
@@ -161,6 +164,7 @@ impl Default for ReplicatorSettings {
             pruning_interval: Duration::from_secs(120),
             max_pruning_dissemination: Duration::from_secs(60),
             pruning_marker_time_to_live: Duration::from_secs(6 * 3600),
+            durable_pruning_marker_time_to_live: Duration::from_secs(10 * 24 * 3600),
         }
     }
 }
@@ -172,8 +176,13 @@ pub(crate) enum WireEntry {
         type_name: String,
         #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
-        /// Removed-node pruning markers.
-        #[serde(default, with = "crate::ddata::crdt::pairs")]
+        /// Removed-node pruning markers. Left out when there are none, so
+        /// that nodes without pruning still read the entry.
+        #[serde(
+            default,
+            with = "crate::ddata::crdt::pairs",
+            skip_serializing_if = "BTreeMap::is_empty"
+        )]
         pruning: Pruning,
     },
     Deleted,
@@ -292,8 +301,12 @@ pub struct ReplicatorActor {
     /// The other replicas.
     replicas: Vec<ActorRef<ReplicatorActor>>,
     durable: Option<DurableStore>,
-    /// Every node with a replica, this one included.
+    /// Every node with a replica, this one included (Up, WeaklyUp,
+    /// Leaving and Exiting members of the role): all must see a pruning
+    /// mark before it is performed.
     nodes: BTreeSet<UniqueAddress>,
+    /// Every member, whatever its status.
+    present: BTreeSet<UniqueAddress>,
     /// Nodes removed from the cluster, and when this node learnt it.
     removed: BTreeMap<UniqueAddress, Instant>,
     /// This node leads the replicas (starts pruning).
@@ -354,6 +367,7 @@ struct Subscribe {
 struct Members {
     replicas: Vec<ActorRef<ReplicatorActor>>,
     nodes: BTreeSet<UniqueAddress>,
+    present: BTreeSet<UniqueAddress>,
     removed: Vec<UniqueAddress>,
     is_leader: bool,
     all_reachable: bool,
@@ -383,22 +397,39 @@ impl ReplicatorActor {
             })
     }
 
+    /// Writes `entry` (with its pruning marks) to the durable store, if
+    /// `key` is durable.
+    fn persist(&self, key: &str, entry: &Entry) {
+        if !self.is_durable(key) {
+            return;
+        }
+        let Some(store) = &self.durable else {
+            return;
+        };
+        let result = match &entry.to_wire() {
+            WireEntry::Data {
+                type_name,
+                bytes,
+                pruning,
+            } => {
+                let marks = if pruning.is_empty() {
+                    Vec::new()
+                } else {
+                    rmp_serde::to_vec(&pruning.iter().collect::<Vec<_>>()).unwrap_or_default()
+                };
+                store.store(key, type_name, bytes, &marks)
+            }
+            WireEntry::Deleted => store.remove(key),
+        };
+        if let Err(e) = result {
+            tracing::error!("cannot store durable key `{key}`: {e}");
+        }
+    }
+
     /// Installs a new value for `key`: digest, durable store, subscribers.
     fn set(&mut self, key: &str, value: Value, pruning: Pruning) {
         let entry = Entry::new(value, pruning);
-        if self.is_durable(key) {
-            if let Some(store) = &self.durable {
-                let result = match &entry.to_wire() {
-                    WireEntry::Data {
-                        type_name, bytes, ..
-                    } => store.store(key, type_name, bytes),
-                    WireEntry::Deleted => store.remove(key),
-                };
-                if let Err(e) = result {
-                    tracing::error!("cannot store durable key `{key}`: {e}");
-                }
-            }
-        }
+        self.persist(key, &entry);
         if let Value::Data(d) = &entry.value {
             if let Some(subs) = self.subscribers.get_mut(key) {
                 subs.retain(|notify| notify(d.as_ref()));
@@ -459,10 +490,19 @@ impl ReplicatorActor {
             },
             None => incoming,
         };
+        self.drop_orphan_marks(&mut pruning);
         add_seen(&mut pruning, &self.self_node);
         let new = Entry::new(Value::Data(merged), pruning);
-        if self.entries.get(key).map(|e| e.digest) != Some(new.digest) {
-            self.set(key, new.value, new.pruning);
+        match self.entries.get(key) {
+            Some(old) if old.digest == new.digest => {}
+            // Only the marks changed: no notification, no new value.
+            Some(Entry {
+                value: Value::Data(old),
+                ..
+            }) if matches!(&new.value, Value::Data(d) if d.encode() == old.encode()) => {
+                self.set_pruning(key, new.pruning)
+            }
+            _ => self.set(key, new.value, new.pruning),
         }
         true
     }
@@ -477,13 +517,15 @@ impl ReplicatorActor {
         }
         let now = now_ms();
         let me = self.self_node.clone();
+        if self.is_leader {
+            self.collect_removed_nodes();
+        }
         let ready: Vec<UniqueAddress> = self
             .removed
             .iter()
             .filter(|(_, at)| at.elapsed() >= self.settings.max_pruning_dissemination)
             .map(|(n, _)| n.clone())
             .collect();
-        let ttl = self.settings.pruning_marker_time_to_live.as_millis() as u64;
         // Per key: the pruned value (if pruned now) and the new markers.
         type Change = (String, Option<Box<dyn Erased>>, Pruning);
         let mut changes: Vec<Change> = Vec::new();
@@ -492,6 +534,8 @@ impl ReplicatorActor {
                 continue;
             };
             let mut pruning = entry.pruning.clone();
+            self.drop_orphan_marks(&mut pruning);
+            let ttl = self.marker_ttl(key).as_millis() as u64;
             let mut data: Option<Box<dyn Erased>> = None;
             if self.is_leader {
                 for removed in &ready {
@@ -535,7 +579,8 @@ impl ReplicatorActor {
                 None => self.set_pruning(&key, pruning),
             }
         }
-        // A removed node is forgotten once nothing holds its changes.
+        // A removed node is forgotten once no mark refers to it and no
+        // data holds its changes (it is found again in data that does).
         let entries = &self.entries;
         self.removed.retain(|n, _| {
             entries.values().any(|e| {
@@ -545,11 +590,59 @@ impl ReplicatorActor {
         });
     }
 
+    /// Nodes found in the data that are neither replicas nor members any
+    /// more: removed before this replicator followed the membership, or
+    /// between two of its looks (Akka's `collectRemovedNodes`).
+    fn collect_removed_nodes(&mut self) {
+        let now = Instant::now();
+        let mut found = Vec::new();
+        for e in self.entries.values() {
+            if let Value::Data(d) = &e.value {
+                for n in d.modified_by_nodes() {
+                    if n != self.self_node
+                        && !self.present.contains(&n)
+                        && !self.removed.contains_key(&n)
+                    {
+                        found.push(n);
+                    }
+                }
+            }
+        }
+        for n in found {
+            tracing::debug!("{n} holds changes in distributed data but is gone: pruned later");
+            self.removed.entry(n).or_insert(now);
+        }
+    }
+
     /// New markers for `key`, its value unchanged (no notification).
     fn set_pruning(&mut self, key: &str, pruning: Pruning) {
         if let Some(e) = self.entries.remove(key) {
-            self.entries
-                .insert(key.to_string(), Entry::new(e.value, pruning));
+            let entry = Entry::new(e.value, pruning);
+            self.persist(key, &entry);
+            self.entries.insert(key.to_string(), entry);
+        }
+    }
+
+    /// Drops the marks no replica can complete any more: started by an
+    /// owner that has left (or is leaving) the replicas. Otherwise such a
+    /// mark, winning every merge by its owner's address, would block the
+    /// pruning for ever; the leader starts a new one.
+    fn drop_orphan_marks(&self, pruning: &mut Pruning) {
+        if self.nodes.is_empty() {
+            return;
+        }
+        pruning.retain(|_, p| match p {
+            PruningState::Initialized { owner, .. } => self.nodes.contains(owner),
+            PruningState::Performed { .. } => true,
+        });
+    }
+
+    /// How long a performed pruning is remembered for `key`.
+    fn marker_ttl(&self, key: &str) -> Duration {
+        if self.is_durable(key) {
+            self.settings.durable_pruning_marker_time_to_live
+        } else {
+            self.settings.pruning_marker_time_to_live
         }
     }
 
@@ -599,6 +692,9 @@ impl ReplicatorActor {
             .get(&u.key)
             .map(|e| e.pruning.clone())
             .unwrap_or_default();
+        // A pruned node's changes never come back, even through an update
+        // built from an old value.
+        let new = cleaned(new, &pruning);
         self.set(&u.key, Value::Data(new), pruning);
         Ok(Plan {
             entry: self.entries.get(&u.key).map(Entry::to_wire),
@@ -651,7 +747,12 @@ impl ReplicatorActor {
 
     async fn members(&mut self, m: Members, _ctx: &mut Context<Self>) {
         self.replicas = m.replicas;
+        for n in &m.nodes {
+            // Back (a node found in the data before it was Up).
+            self.removed.remove(n);
+        }
         self.nodes = m.nodes;
+        self.present = m.present;
         self.is_leader = m.is_leader;
         self.all_reachable = m.all_reachable;
         let now = Instant::now();
@@ -781,12 +882,32 @@ impl Replicator {
         };
         let mut entries = HashMap::new();
         if let Some(store) = &durable {
-            for (key, type_name, bytes) in store.load().map_err(ClusterError)? {
-                let value = match types.decode(&type_name, &bytes) {
+            for stored in store.load().map_err(ClusterError)? {
+                let value = match types.decode(&stored.type_name, &stored.bytes) {
                     Ok(d) => Value::Data(d),
-                    Err(_) => Value::Raw { type_name, bytes },
+                    Err(_) => Value::Raw {
+                        type_name: stored.type_name,
+                        bytes: stored.bytes,
+                    },
                 };
-                entries.insert(key, Entry::new(value, Pruning::new()));
+                let pruning: Pruning = if stored.pruning.is_empty() {
+                    Pruning::new()
+                } else {
+                    match rmp_serde::from_slice::<Vec<(UniqueAddress, PruningState)>>(
+                        &stored.pruning,
+                    ) {
+                        Ok(pairs) => pairs.into_iter().collect(),
+                        Err(e) => {
+                            tracing::warn!(
+                                "the pruning marks of durable key `{}` did not decode ({e}); \
+                                 loaded without them",
+                                stored.key
+                            );
+                            Pruning::new()
+                        }
+                    }
+                };
+                entries.insert(stored.key, Entry::new(value, pruning));
             }
             tracing::info!(
                 "loaded {} durable keys from {}",
@@ -807,6 +928,7 @@ impl Replicator {
                     replicas: Vec::new(),
                     durable,
                     nodes: BTreeSet::new(),
+                    present: BTreeSet::new(),
                     removed: BTreeMap::new(),
                     is_leader: false,
                     all_reachable: true,
@@ -1076,14 +1198,31 @@ fn follow_replicas(
         loop {
             let with_role =
                 |m: &&crate::member::Member| role.as_deref().is_none_or(|r| m.has_role(r));
-            let nodes: BTreeSet<UniqueAddress> = state
+            let up: BTreeSet<UniqueAddress> = state
                 .members
                 .iter()
                 .filter(|m| matches!(m.status, MemberStatus::Up | MemberStatus::WeaklyUp))
                 .filter(with_role)
                 .map(|m| m.node.clone())
                 .collect();
-            let present: BTreeSet<&UniqueAddress> = state.members.iter().map(|m| &m.node).collect();
+            // Leaving and Exiting members still hold replicas until removed.
+            let nodes: BTreeSet<UniqueAddress> = state
+                .members
+                .iter()
+                .filter(|m| {
+                    matches!(
+                        m.status,
+                        MemberStatus::Up
+                            | MemberStatus::WeaklyUp
+                            | MemberStatus::Leaving
+                            | MemberStatus::Exiting
+                    )
+                })
+                .filter(with_role)
+                .map(|m| m.node.clone())
+                .collect();
+            let present: BTreeSet<UniqueAddress> =
+                state.members.iter().map(|m| m.node.clone()).collect();
             let removed: Vec<UniqueAddress> = known
                 .iter()
                 .filter(|n| !present.contains(n))
@@ -1099,16 +1238,19 @@ fn follow_replicas(
                     .find(|(name, _)| name == r)
                     .and_then(|(_, l)| l.clone()),
             };
-            let replicas: Vec<ActorRef<ReplicatorActor>> = nodes
+            let replicas: Vec<ActorRef<ReplicatorActor>> = up
                 .iter()
                 .filter(|n| *n != cluster.self_node())
                 .filter_map(|n| system.resolve(&format!("{}/system/{NAME}", n.address)).ok())
                 .collect();
             let members = Members {
                 replicas,
-                is_leader: leader.as_ref() == Some(cluster.self_node()),
-                all_reachable: state.unreachable.is_empty(),
+                // As Akka: only an Up leader starts pruning.
+                is_leader: leader.as_ref() == Some(cluster.self_node())
+                    && up.contains(cluster.self_node()),
+                all_reachable: !state.unreachable.iter().any(|m| with_role(&m)),
                 nodes,
+                present,
                 removed,
             };
             if actor.tell(members).is_err() {
@@ -1150,6 +1292,7 @@ mod tests {
             replicas: Vec::new(),
             durable: None,
             nodes: nodes.iter().map(|p| node(*p)).collect(),
+            present: nodes.iter().map(|p| node(*p)).collect(),
             removed: [(node(removed), Instant::now())].into(),
             is_leader: leader,
             all_reachable: true,
@@ -1260,5 +1403,71 @@ mod tests {
             "node 3 has not seen it"
         );
         assert!(value(&rs[1]).need_pruning_from(&node(9)));
+    }
+
+    #[test]
+    fn a_mark_whose_owner_left_gives_way_to_the_new_leaders() {
+        // Node 1 started pruning node 9, then left; node 2 leads now.
+        let mut rs = [replica(2, &[2, 3], 9, true), replica(3, &[2, 3], 9, false)];
+        let mut stale = counter(&[(9, 5)]);
+        if let WireEntry::Data { pruning, .. } = &mut stale {
+            pruning.insert(
+                node(9),
+                PruningState::Initialized {
+                    owner: node(1),
+                    seen: [node(1)].into(),
+                },
+            );
+        }
+        for r in rs.iter_mut() {
+            assert!(r.merge_in("k", stale.clone()));
+            assert!(
+                r.entries["k"].pruning.is_empty(),
+                "the departed owner's mark is dropped"
+            );
+        }
+        rs[0].prune_removed_nodes();
+        gossip(&mut rs);
+        rs[0].prune_removed_nodes();
+        gossip(&mut rs);
+        for r in &rs {
+            assert!(!value(r).need_pruning_from(&node(9)));
+            assert_eq!(value(r).value(), 5);
+        }
+    }
+
+    #[test]
+    fn the_leader_finds_removed_nodes_in_the_data() {
+        // This replicator never saw node 8 as a member (it left before).
+        let mut r = replica(1, &[1], 9, true);
+        r.removed.clear();
+        assert!(r.merge_in("k", counter(&[(1, 1), (8, 2)])));
+        r.prune_removed_nodes();
+        assert!(r.removed.contains_key(&node(8)));
+        // Alone, it has seen its own mark: pruned in the next round.
+        r.prune_removed_nodes();
+        assert!(!value(&r).need_pruning_from(&node(8)));
+        assert_eq!(value(&r).value(), 3);
+    }
+
+    #[test]
+    fn an_entry_without_marks_is_encoded_as_before() {
+        #[derive(Deserialize)]
+        enum Old {
+            Data {
+                #[allow(dead_code)]
+                type_name: String,
+                #[serde(with = "serde_bytes")]
+                bytes: Vec<u8>,
+            },
+            #[allow(dead_code)]
+            Deleted,
+        }
+        let wire = counter(&[(1, 1)]);
+        let encoded = rmp_serde::to_vec(&wire).unwrap();
+        let Old::Data { bytes, .. } = rmp_serde::from_slice::<Old>(&encoded).unwrap() else {
+            panic!("not data");
+        };
+        assert!(!bytes.is_empty());
     }
 }

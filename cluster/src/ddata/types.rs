@@ -9,7 +9,7 @@ use crate::member::UniqueAddress;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 /// Replicas larger than this are compressed (zlib) on the wire and on
@@ -61,6 +61,8 @@ pub(crate) trait Erased: Send + Sync {
     fn merge_with(&self, other: &dyn Erased) -> Result<Box<dyn Erased>, String>;
     /// See [`ReplicatedData::need_pruning_from`].
     fn need_pruning_from(&self, removed: &UniqueAddress) -> bool;
+    /// See [`ReplicatedData::modified_by_nodes`].
+    fn modified_by_nodes(&self) -> BTreeSet<UniqueAddress>;
     /// A copy with `removed`'s changes collapsed into `into`.
     fn pruned(&self, removed: &UniqueAddress, into: &UniqueAddress) -> Box<dyn Erased>;
     /// A copy without `removed`'s changes.
@@ -86,6 +88,9 @@ impl<T: ReplicatedData + Serialize + DeserializeOwned> Erased for Typed<T> {
     }
     fn need_pruning_from(&self, removed: &UniqueAddress) -> bool {
         self.value.need_pruning_from(removed)
+    }
+    fn modified_by_nodes(&self) -> BTreeSet<UniqueAddress> {
+        self.value.modified_by_nodes()
     }
     fn pruned(&self, removed: &UniqueAddress, into: &UniqueAddress) -> Box<dyn Erased> {
         let mut value = self.value.clone();
