@@ -307,8 +307,14 @@ pub struct ReplicatorActor {
     nodes: BTreeSet<UniqueAddress>,
     /// Every member, whatever its status.
     present: BTreeSet<UniqueAddress>,
-    /// Nodes removed from the cluster, and when this node learnt it.
-    removed: BTreeMap<UniqueAddress, Instant>,
+    /// Nodes removed from the cluster, and the reachable clock when this
+    /// node learnt it.
+    removed: BTreeMap<UniqueAddress, Duration>,
+    /// Time spent with every member reachable (Akka's
+    /// `allReachableClockTime`): a removed node's changes get
+    /// `max_pruning_dissemination` of it to spread before pruning starts.
+    reachable_clock: Duration,
+    clock_read_at: Instant,
     /// This node leads the replicas (starts pruning).
     is_leader: bool,
     /// No member is unreachable (pruning makes progress only then).
@@ -512,6 +518,7 @@ impl ReplicatorActor {
     /// replica has seen collapses those changes into its own; expired
     /// markers go.
     fn prune_removed_nodes(&mut self) {
+        self.advance_reachable_clock();
         if !self.all_reachable {
             return;
         }
@@ -523,7 +530,9 @@ impl ReplicatorActor {
         let ready: Vec<UniqueAddress> = self
             .removed
             .iter()
-            .filter(|(_, at)| at.elapsed() >= self.settings.max_pruning_dissemination)
+            .filter(|(_, at)| {
+                self.reachable_clock.saturating_sub(**at) >= self.settings.max_pruning_dissemination
+            })
             .map(|(n, _)| n.clone())
             .collect();
         // Per key: the pruned value (if pruned now) and the new markers.
@@ -590,11 +599,21 @@ impl ReplicatorActor {
         });
     }
 
+    /// Moves the reachable clock on by the time since it was last read, if
+    /// every member was reachable meanwhile.
+    fn advance_reachable_clock(&mut self) {
+        let now = Instant::now();
+        if self.all_reachable {
+            self.reachable_clock += now.duration_since(self.clock_read_at);
+        }
+        self.clock_read_at = now;
+    }
+
     /// Nodes found in the data that are neither replicas nor members any
     /// more: removed before this replicator followed the membership, or
     /// between two of its looks (Akka's `collectRemovedNodes`).
     fn collect_removed_nodes(&mut self) {
-        let now = Instant::now();
+        let now = self.reachable_clock;
         let mut found = Vec::new();
         for e in self.entries.values() {
             if let Value::Data(d) = &e.value {
@@ -754,8 +773,9 @@ impl ReplicatorActor {
         self.nodes = m.nodes;
         self.present = m.present;
         self.is_leader = m.is_leader;
+        self.advance_reachable_clock();
         self.all_reachable = m.all_reachable;
-        let now = Instant::now();
+        let now = self.reachable_clock;
         for n in m.removed {
             self.removed.entry(n).or_insert(now);
         }
@@ -930,6 +950,8 @@ impl Replicator {
                     nodes: BTreeSet::new(),
                     present: BTreeSet::new(),
                     removed: BTreeMap::new(),
+                    reachable_clock: Duration::ZERO,
+                    clock_read_at: Instant::now(),
                     is_leader: false,
                     all_reachable: true,
                 })
@@ -1293,7 +1315,9 @@ mod tests {
             durable: None,
             nodes: nodes.iter().map(|p| node(*p)).collect(),
             present: nodes.iter().map(|p| node(*p)).collect(),
-            removed: [(node(removed), Instant::now())].into(),
+            removed: [(node(removed), Duration::ZERO)].into(),
+            reachable_clock: Duration::ZERO,
+            clock_read_at: Instant::now(),
             is_leader: leader,
             all_reachable: true,
         }
@@ -1469,5 +1493,25 @@ mod tests {
             panic!("not data");
         };
         assert!(!bytes.is_empty());
+    }
+
+    #[test]
+    fn the_wait_before_pruning_counts_only_time_with_everyone_reachable() {
+        let mut r = replica(1, &[1], 9, true);
+        r.settings.max_pruning_dissemination = Duration::from_millis(500);
+        assert!(r.merge_in("k", counter(&[(9, 2)])));
+        let a_second_ago = || Instant::now().checked_sub(Duration::from_secs(1)).unwrap();
+        // A second passes with a member unreachable: it does not count.
+        r.all_reachable = false;
+        r.clock_read_at = a_second_ago();
+        r.prune_removed_nodes();
+        r.all_reachable = true;
+        r.clock_read_at = Instant::now();
+        r.prune_removed_nodes();
+        assert!(r.entries["k"].pruning.is_empty(), "started too early");
+        // A second with everyone reachable: pruning starts.
+        r.clock_read_at = a_second_ago();
+        r.prune_removed_nodes();
+        assert!(!r.entries["k"].pruning.is_empty());
     }
 }
