@@ -65,6 +65,15 @@ pub fn node(seed: &str) {
     });
 }
 
+/// Resident set size of process `pid` in KiB (Linux), if readable.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// A child node and what it reported so far.
 struct Proc {
     child: Child,
@@ -164,6 +173,15 @@ pub fn failure_detection(kills: usize, json: &mut Vec<String>) {
             all.iter().all(|a| p.reported("up", a).is_some())
         });
         assert!(up, "the {NODES} processes did not all come Up");
+        if trial == 0 {
+            // Memory of a node process in a converged 5-node cluster.
+            let rss: Vec<u64> = procs.iter().filter_map(|p| rss_kib(p.child.id())).collect();
+            if !rss.is_empty() {
+                let avg = rss.iter().sum::<u64>() / rss.len() as u64;
+                println!("resident memory per node process, 5-node cluster: {avg} KiB");
+                json.push(format!("\"node_rss_kib\":{avg}"));
+            }
+        }
         // Let the failure detectors learn the heartbeat rhythm, and kill at a
         // different moment of the heartbeat cycle each time.
         std::thread::sleep(Duration::from_millis(5000 + 173 * trial as u64));
