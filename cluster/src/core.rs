@@ -83,9 +83,6 @@ pub(crate) struct ClusterCore {
     joining: Joining,
     ring: HeartbeatRing,
     detectors: BTreeMap<UniqueAddress, PhiAccrualFailureDetector>,
-    /// Monitored nodes that have not answered a heartbeat yet, and when
-    /// their first answer is due.
-    first_answer_due: BTreeMap<UniqueAddress, Instant>,
     heartbeat_seq: u64,
     peers: HashMap<Address, ActorRef<ClusterCore>>,
     gossip_ticks: u64,
@@ -166,7 +163,6 @@ impl ClusterCore {
             joining: Joining::Idle,
             ring: HeartbeatRing::default(),
             detectors: BTreeMap::new(),
-            first_answer_due: BTreeMap::new(),
             heartbeat_seq: 0,
             peers: HashMap::new(),
             gossip_ticks: 0,
@@ -667,18 +663,11 @@ impl ClusterCore {
         let now = Instant::now();
         for node in &receivers {
             if !self.detectors.contains_key(node) {
-                // Monitoring starts with the first answer. Recording one
-                // now would put a near-zero interval into the statistics
-                // (its answer comes a moment later), which inflates the
-                // deviation and delays detection by a second or more.
-                self.detectors.insert(
-                    node.clone(),
-                    PhiAccrualFailureDetector::new(self.settings.failure_detector.clone()),
-                );
-                self.first_answer_due.insert(
-                    node.clone(),
-                    now + self.settings.heartbeat_expected_response_after,
-                );
+                // Monitoring starts with the first answer, or when it is
+                // overdue (a node that never answers is suspected too).
+                let mut d = PhiAccrualFailureDetector::new(self.settings.failure_detector.clone());
+                d.expect_first_heartbeat(now + self.settings.heartbeat_expected_response_after);
+                self.detectors.insert(node.clone(), d);
             }
             if let Some(peer) = self.peer(ctx, &node.address) {
                 let _ = peer.tell(Heartbeat {
@@ -688,25 +677,6 @@ impl ClusterCore {
             }
         }
         self.detectors.retain(|n, _| receivers.contains(n));
-        self.first_answer_due.retain(|n, _| receivers.contains(n));
-    }
-
-    /// A node that has not answered its first heartbeat in time is
-    /// monitored from now on, so that it becomes unreachable if it never
-    /// answers (Akka's expected first heartbeat).
-    fn monitor_silent_nodes(&mut self, now: Instant) {
-        let detectors = &mut self.detectors;
-        self.first_answer_due.retain(|node, due| {
-            if *due > now {
-                return true;
-            }
-            if let Some(d) = detectors.get_mut(node) {
-                if !d.is_monitoring() {
-                    d.heartbeat(now);
-                }
-            }
-            false
-        });
     }
 
     /// Applies the failure detector's verdicts to the reachability table,
@@ -716,7 +686,6 @@ impl ClusterCore {
             return;
         }
         let now = Instant::now();
-        self.monitor_silent_nodes(now);
         let me = self.self_node.clone();
         let g = self.gossip();
         let mut reach = g.reachability.clone();
@@ -785,11 +754,16 @@ impl ClusterCore {
         if self.reachability_changes.is_none() {
             return;
         }
-        let all_gone = DowningView::of(&self.state).unreachable().iter().all(|n| {
-            self.gossip()
-                .member(n)
-                .is_none_or(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Exiting))
-        });
+        let g = self.gossip();
+        let all_gone = g
+            .reachability
+            .all_unreachable_or_terminated()
+            .iter()
+            .filter(|n| **n != self.self_node)
+            .all(|n| {
+                g.member(n)
+                    .is_none_or(|m| matches!(m.status, MemberStatus::Down | MemberStatus::Exiting))
+            });
         if all_gone {
             self.reachability_changes = None;
         }
@@ -815,7 +789,7 @@ impl ClusterCore {
                          downing all members",
                         now.duration_since(first)
                     );
-                    self.act_on_decision(Decision::DownAll);
+                    self.act_on_decision(&DowningView::of(&self.state), Decision::DownAll);
                     return;
                 }
                 None if now.duration_since(latest) >= d.stable_after * 2 => {
@@ -837,13 +811,12 @@ impl ClusterCore {
             return;
         }
         let decision = view.decide(&self.settings.downing.strategy);
-        self.act_on_decision(decision);
+        self.act_on_decision(&view, decision);
     }
 
     /// Downs the members `decision` names.
-    fn act_on_decision(&mut self, decision: Decision) {
+    fn act_on_decision(&mut self, view: &DowningView, decision: Decision) {
         let strategy = self.settings.downing.strategy.clone();
-        let view = DowningView::of(&self.state);
         let nodes = view
             .nodes_to_down(&strategy, decision)
             .unwrap_or_else(|problem| {
@@ -1062,7 +1035,6 @@ impl ClusterCore {
     async fn heartbeat_rsp(&mut self, rsp: HeartbeatRsp, _ctx: &mut Context<Self>) {
         if let Some(d) = self.detectors.get_mut(&rsp.from) {
             d.heartbeat(Instant::now());
-            self.first_answer_due.remove(&rsp.from);
         }
     }
 

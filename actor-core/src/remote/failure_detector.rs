@@ -119,12 +119,15 @@ impl HeartbeatHistory {
 /// Feed it with [`heartbeat`](Self::heartbeat) whenever a heartbeat arrives
 /// and ask [`is_available`](Self::is_available) or [`phi`](Self::phi) when a
 /// verdict is needed. A detector that has not seen any heartbeat yet reports
-/// φ = 0, i.e. the peer is presumed healthy.
+/// φ = 0, i.e. the peer is presumed healthy — unless a first heartbeat was
+/// expected by a deadline ([`expect_first_heartbeat`](Self::expect_first_heartbeat))
+/// that has passed: then it monitors from that deadline on.
 #[derive(Debug, Clone)]
 pub struct PhiAccrualFailureDetector {
     settings: PhiAccrualSettings,
     history: HeartbeatHistory,
     last_heartbeat: Option<Instant>,
+    first_due: Option<Instant>,
 }
 
 impl PhiAccrualFailureDetector {
@@ -143,7 +146,25 @@ impl PhiAccrualFailureDetector {
             settings,
             history,
             last_heartbeat: None,
+            first_due: None,
         }
+    }
+
+    /// Expects the first heartbeat by `by`: if none has come then, the
+    /// peer is monitored as if one had arrived at `by`, so a peer that never
+    /// answers becomes suspect (Akka's expected first heartbeat). Recording
+    /// a heartbeat when the first request goes out instead would put a
+    /// near-zero interval into the statistics when the answer comes.
+    pub fn expect_first_heartbeat(&mut self, by: Instant) {
+        if self.last_heartbeat.is_none() {
+            self.first_due = Some(by);
+        }
+    }
+
+    /// The last heartbeat, or the missed deadline of the first one.
+    fn monitored_since(&self, now: Instant) -> Option<Instant> {
+        self.last_heartbeat
+            .or(self.first_due.filter(|due| *due <= now))
     }
 
     /// Bootstrap statistics: two intervals around the estimate with a rather
@@ -165,6 +186,7 @@ impl PhiAccrualFailureDetector {
 
     /// Records a heartbeat that arrived at `now`.
     pub fn heartbeat(&mut self, now: Instant) {
+        self.first_due = None;
         match self.last_heartbeat {
             // First heartbeat: start from the bootstrap statistics.
             None => self.history = Self::seeded_history(&self.settings),
@@ -179,9 +201,10 @@ impl PhiAccrualFailureDetector {
         self.last_heartbeat = Some(now);
     }
 
-    /// Suspicion level at `now`; 0.0 while no heartbeat has been received.
+    /// Suspicion level at `now`; 0.0 while no heartbeat has been received
+    /// (and none was due).
     pub fn phi(&self, now: Instant) -> f64 {
-        let Some(last) = self.last_heartbeat else {
+        let Some(last) = self.monitored_since(now) else {
             return 0.0;
         };
         let time_diff_ms = now.saturating_duration_since(last).as_secs_f64() * 1000.0;
@@ -339,5 +362,23 @@ mod tests {
             ..Default::default()
         };
         PhiAccrualFailureDetector::new(settings);
+    }
+
+    #[test]
+    fn a_missed_first_heartbeat_starts_monitoring_at_its_deadline() {
+        let mut fd = PhiAccrualFailureDetector::new(PhiAccrualSettings::default());
+        let start = Instant::now();
+        fd.expect_first_heartbeat(start + SECOND);
+        assert_eq!(fd.phi(start + SECOND / 2), 0.0, "not due yet");
+        // Never answered: suspect after the acceptable pause from the deadline.
+        assert!(fd.is_available(start + SECOND * 2));
+        assert!(!fd.is_available(start + SECOND * 10));
+        // An answer resets it: monitoring from the answer on.
+        fd.heartbeat(start + SECOND * 10);
+        assert!(fd.is_available(start + SECOND * 11));
+        let mut answered = PhiAccrualFailureDetector::new(PhiAccrualSettings::default());
+        answered.expect_first_heartbeat(start + SECOND);
+        answered.heartbeat(start + SECOND / 2);
+        assert!(answered.is_available(start + SECOND * 3));
     }
 }

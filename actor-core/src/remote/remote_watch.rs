@@ -28,12 +28,6 @@ struct Watched {
 
 struct Node {
     detector: PhiAccrualFailureDetector,
-    /// Until the first answer: when it is due. A node that has not answered
-    /// by then is monitored from then on, so it is lost if it never answers
-    /// (Akka's expected first heartbeat). Starting the detector at once
-    /// would record a near-zero first interval, which inflates the
-    /// deviation and delays detection.
-    first_answer_due: Option<Instant>,
     /// Keyed by (path, uid).
     actors: HashMap<(String, u64), Watched>,
 }
@@ -57,11 +51,12 @@ impl RemoteWatch {
             let mut nodes = self.lock();
             let node = nodes.entry(target.path.address.clone()).or_insert_with(|| {
                 let settings = &assoc.remoting().settings;
+                let mut detector =
+                    PhiAccrualFailureDetector::new(settings.watch_failure_detector.clone());
+                // A node that never answers is lost too.
+                detector.expect_first_heartbeat(Instant::now() + settings.watch_heartbeat_interval);
                 Node {
-                    detector: PhiAccrualFailureDetector::new(
-                        settings.watch_failure_detector.clone(),
-                    ),
-                    first_answer_due: Some(Instant::now() + settings.watch_heartbeat_interval),
+                    detector,
                     actors: HashMap::new(),
                 }
             });
@@ -158,7 +153,6 @@ impl RemoteWatch {
     pub(crate) fn heartbeat_from(&self, assoc: &Association, _uid: u64) {
         if let Some(node) = self.lock().get_mut(&assoc.address) {
             node.detector.heartbeat(Instant::now());
-            node.first_answer_due = None;
         }
     }
 
@@ -171,14 +165,8 @@ impl RemoteWatch {
         let now = Instant::now();
         let mut lost = Vec::new();
         let addresses: Vec<Address> = {
-            let mut nodes = self.lock();
-            for (addr, node) in nodes.iter_mut() {
-                if node.first_answer_due.is_some_and(|due| due <= now) {
-                    node.first_answer_due = None;
-                    if !node.detector.is_monitoring() {
-                        node.detector.heartbeat(now);
-                    }
-                }
+            let nodes = self.lock();
+            for (addr, node) in nodes.iter() {
                 if !node.detector.is_available(now) {
                     lost.push((addr.clone(), node.detector.phi(now)));
                 }

@@ -79,6 +79,25 @@ pub(crate) fn merge_pruning(a: &Pruning, b: &Pruning, now_ms: u64) -> Pruning {
     out
 }
 
+/// The marks as stored and digested: MessagePack of (node, state) pairs;
+/// empty for none.
+pub(crate) fn encode_marks(p: &Pruning) -> Vec<u8> {
+    if p.is_empty() {
+        return Vec::new();
+    }
+    rmp_serde::to_vec(&p.iter().collect::<Vec<_>>()).unwrap_or_default()
+}
+
+/// What `encode_marks` made (from disk: errors, no panics).
+pub(crate) fn decode_marks(bytes: &[u8]) -> Result<Pruning, String> {
+    if bytes.is_empty() {
+        return Ok(Pruning::new());
+    }
+    rmp_serde::from_slice::<Vec<(UniqueAddress, PruningState)>>(bytes)
+        .map(|pairs| pairs.into_iter().collect())
+        .map_err(|e| e.to_string())
+}
+
 /// A `Performed` marker past its time.
 pub(crate) fn is_obsolete(p: &PruningState, now_ms: u64) -> bool {
     matches!(p, PruningState::Performed { obsolete_at_ms } if *obsolete_at_ms <= now_ms)
@@ -144,5 +163,7 @@ mod tests {
         assert!(add_seen(&mut m, &node(2)));
         assert!(!add_seen(&mut m, &node(2)));
         assert_eq!(m[&node(8)], init(1, &[2]));
+        assert_eq!(decode_marks(&encode_marks(&m)).unwrap(), m);
+        assert!(encode_marks(&Pruning::new()).is_empty());
     }
 }

@@ -6,7 +6,9 @@
 //! `Replicator`, with full-state replication.
 
 use super::durable::DurableStore;
-use super::pruning::{add_seen, is_obsolete, merge_pruning, Pruning, PruningState};
+use super::pruning::{
+    add_seen, decode_marks, encode_marks, is_obsolete, merge_pruning, Pruning, PruningState,
+};
 use super::types::{erase, Erased, TypeRegistry};
 use super::ReplicatedData;
 use crate::cluster::{Cluster, ClusterError};
@@ -232,6 +234,9 @@ enum Value {
 struct Entry {
     value: Value,
     pruning: Pruning,
+    /// Of the value alone: tells a change of the marks from one of the data.
+    data_digest: u64,
+    /// Of the value and the marks: what anti-entropy compares.
     digest: u64,
 }
 
@@ -239,20 +244,28 @@ const DELETED_DIGEST: u64 = u64::MAX;
 
 impl Entry {
     fn new(value: Value, pruning: Pruning) -> Self {
-        // The markers count in the digest: their progress must spread.
-        let markers = if pruning.is_empty() {
-            Vec::new()
-        } else {
-            rmp_serde::to_vec(&pruning.iter().collect::<Vec<_>>()).unwrap_or_default()
-        };
-        let digest = match &value {
-            Value::Data(d) => fnv1a(d.encode().into_iter().chain(markers)),
-            Value::Raw { bytes, .. } => fnv1a(bytes.iter().copied()),
-            Value::Deleted => DELETED_DIGEST,
+        let (data_digest, digest) = match &value {
+            Value::Data(d) => {
+                let bytes = d.encode();
+                let data_digest = fnv1a(bytes.iter().copied());
+                // The marks count in the digest: their progress must spread.
+                let digest = if pruning.is_empty() {
+                    data_digest
+                } else {
+                    fnv1a(bytes.into_iter().chain(encode_marks(&pruning)))
+                };
+                (data_digest, digest)
+            }
+            Value::Raw { bytes, .. } => {
+                let d = fnv1a(bytes.iter().copied());
+                (d, d)
+            }
+            Value::Deleted => (DELETED_DIGEST, DELETED_DIGEST),
         };
         Entry {
             value,
             pruning,
+            data_digest,
             digest,
         }
     }
@@ -281,12 +294,19 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// `d` without the changes of nodes whose pruning has been performed.
-fn cleaned(d: Box<dyn Erased>, pruning: &Pruning) -> Box<dyn Erased> {
-    pruning.iter().fold(d, |d, (removed, state)| match state {
-        PruningState::Performed { .. } if d.need_pruning_from(removed) => d.cleaned(removed),
-        _ => d,
-    })
+/// `d` without the changes of nodes whose pruning has been performed, or
+/// `None` if it holds none of them (the common case: no copy is made).
+fn cleaned(d: &dyn Erased, pruning: &Pruning) -> Option<Box<dyn Erased>> {
+    let mut out: Option<Box<dyn Erased>> = None;
+    for (removed, state) in pruning {
+        if matches!(state, PruningState::Performed { .. }) {
+            let current = out.as_deref().unwrap_or(d);
+            if current.need_pruning_from(removed) {
+                out = Some(current.cleaned(removed));
+            }
+        }
+    }
+    out
 }
 
 type Notify = Box<dyn Fn(&dyn Erased) -> bool + Send>;
@@ -374,7 +394,6 @@ struct Members {
     replicas: Vec<ActorRef<ReplicatorActor>>,
     nodes: BTreeSet<UniqueAddress>,
     present: BTreeSet<UniqueAddress>,
-    removed: Vec<UniqueAddress>,
     is_leader: bool,
     all_reachable: bool,
 }
@@ -417,14 +436,7 @@ impl ReplicatorActor {
                 type_name,
                 bytes,
                 pruning,
-            } => {
-                let marks = if pruning.is_empty() {
-                    Vec::new()
-                } else {
-                    rmp_serde::to_vec(&pruning.iter().collect::<Vec<_>>()).unwrap_or_default()
-                };
-                store.store(key, type_name, bytes, &marks)
-            }
+            } => store.store(key, type_name, bytes, &encode_marks(pruning)),
             WireEntry::Deleted => store.remove(key),
         };
         if let Err(e) = result {
@@ -473,27 +485,30 @@ impl ReplicatorActor {
                 value: Value::Data(d),
                 pruning,
                 ..
-            }) => (
-                Some(d.clone_box()),
-                merge_pruning(pruning, &theirs, now_ms()),
-            ),
+            }) => (Some(d), merge_pruning(pruning, &theirs, now_ms())),
             _ => (None, merge_pruning(&Pruning::new(), &theirs, now_ms())),
         };
         let incoming = match self.types.decode(&type_name, &bytes) {
-            Ok(d) => cleaned(d, &pruning),
+            Ok(d) => cleaned(d.as_ref(), &pruning).unwrap_or(d),
             Err(e) => {
                 tracing::warn!("dropped a replica of `{key}`: {e}");
                 return false;
             }
         };
         let merged = match local {
-            Some(local) => match cleaned(local, &pruning).merge_with(incoming.as_ref()) {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!("dropped a replica of `{key}`: {e}");
-                    return false;
+            Some(local) => {
+                let merged = match cleaned(local.as_ref(), &pruning) {
+                    Some(c) => c.merge_with(incoming.as_ref()),
+                    None => local.merge_with(incoming.as_ref()),
+                };
+                match merged {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!("dropped a replica of `{key}`: {e}");
+                        return false;
+                    }
                 }
-            },
+            }
             None => incoming,
         };
         self.drop_orphan_marks(&mut pruning);
@@ -502,15 +517,28 @@ impl ReplicatorActor {
         match self.entries.get(key) {
             Some(old) if old.digest == new.digest => {}
             // Only the marks changed: no notification, no new value.
-            Some(Entry {
-                value: Value::Data(old),
-                ..
-            }) if matches!(&new.value, Value::Data(d) if d.encode() == old.encode()) => {
-                self.set_pruning(key, new.pruning)
-            }
+            Some(
+                old @ Entry {
+                    value: Value::Data(_),
+                    ..
+                },
+            ) if old.data_digest == new.data_digest => self.set_pruning(key, new.pruning),
             _ => self.set(key, new.value, new.pruning),
         }
         true
+    }
+
+    /// This replica's digests, for anti-entropy.
+    fn status_message(&self, is_reply: bool) -> DStatus {
+        DStatus {
+            from: self.self_node.address.to_string(),
+            digests: self
+                .entries
+                .iter()
+                .map(|(k, e)| (k.clone(), e.digest))
+                .collect(),
+            is_reply,
+        }
     }
 
     /// One round of removed-node pruning (Akka's): the leader marks keys
@@ -524,9 +552,7 @@ impl ReplicatorActor {
         }
         let now = now_ms();
         let me = self.self_node.clone();
-        if self.is_leader {
-            self.collect_removed_nodes();
-        }
+        self.collect_removed_nodes();
         let ready: Vec<UniqueAddress> = self
             .removed
             .iter()
@@ -609,9 +635,8 @@ impl ReplicatorActor {
         self.clock_read_at = now;
     }
 
-    /// Nodes found in the data that are neither replicas nor members any
-    /// more: removed before this replicator followed the membership, or
-    /// between two of its looks (Akka's `collectRemovedNodes`).
+    /// Nodes found in the data that are not members any more (Akka's
+    /// `collectRemovedNodes`): removed ones, however long ago.
     fn collect_removed_nodes(&mut self) {
         let now = self.reachable_clock;
         let mut found = Vec::new();
@@ -713,7 +738,7 @@ impl ReplicatorActor {
             .unwrap_or_default();
         // A pruned node's changes never come back, even through an update
         // built from an old value.
-        let new = cleaned(new, &pruning);
+        let new = cleaned(new.as_ref(), &pruning).unwrap_or(new);
         self.set(&u.key, Value::Data(new), pruning);
         Ok(Plan {
             entry: self.entries.get(&u.key).map(Entry::to_wire),
@@ -766,19 +791,11 @@ impl ReplicatorActor {
 
     async fn members(&mut self, m: Members, _ctx: &mut Context<Self>) {
         self.replicas = m.replicas;
-        for n in &m.nodes {
-            // Back (a node found in the data before it was Up).
-            self.removed.remove(n);
-        }
         self.nodes = m.nodes;
         self.present = m.present;
         self.is_leader = m.is_leader;
         self.advance_reachable_clock();
         self.all_reachable = m.all_reachable;
-        let now = self.reachable_clock;
-        for n in m.removed {
-            self.removed.entry(n).or_insert(now);
-        }
     }
 
     async fn pruning_tick(&mut self, _t: PruningTick, _ctx: &mut Context<Self>) {
@@ -802,15 +819,7 @@ impl ReplicatorActor {
             return;
         }
         let to = &self.replicas[fastrand::usize(..self.replicas.len())];
-        let _ = to.tell(DStatus {
-            from: self.self_node.address.to_string(),
-            digests: self
-                .entries
-                .iter()
-                .map(|(k, e)| (k.clone(), e.digest))
-                .collect(),
-            is_reply: false,
-        });
+        let _ = to.tell(self.status_message(false));
     }
 
     async fn status(&mut self, s: DStatus, ctx: &mut Context<Self>) {
@@ -837,15 +846,7 @@ impl ReplicatorActor {
             .iter()
             .any(|(k, d)| self.entries.get(k).map(|e| e.digest) != Some(*d));
         if we_differ && !s.is_reply {
-            let _ = sender.tell(DStatus {
-                from: self.self_node.address.to_string(),
-                digests: self
-                    .entries
-                    .iter()
-                    .map(|(k, e)| (k.clone(), e.digest))
-                    .collect(),
-                is_reply: true,
-            });
+            let _ = sender.tell(self.status_message(true));
         }
     }
 
@@ -910,23 +911,14 @@ impl Replicator {
                         bytes: stored.bytes,
                     },
                 };
-                let pruning: Pruning = if stored.pruning.is_empty() {
+                let pruning = decode_marks(&stored.pruning).unwrap_or_else(|e| {
+                    tracing::warn!(
+                        "the pruning marks of durable key `{}` did not decode ({e}); \
+                         loaded without them",
+                        stored.key
+                    );
                     Pruning::new()
-                } else {
-                    match rmp_serde::from_slice::<Vec<(UniqueAddress, PruningState)>>(
-                        &stored.pruning,
-                    ) {
-                        Ok(pairs) => pairs.into_iter().collect(),
-                        Err(e) => {
-                            tracing::warn!(
-                                "the pruning marks of durable key `{}` did not decode ({e}); \
-                                 loaded without them",
-                                stored.key
-                            );
-                            Pruning::new()
-                        }
-                    }
-                };
+                });
                 entries.insert(stored.key, Entry::new(value, pruning));
             }
             tracing::info!(
@@ -1203,8 +1195,9 @@ impl Replicator {
 }
 
 /// Keeps the replicator's view of the membership up to date: the other
-/// replicas (Up and WeaklyUp members of the role), the nodes removed since,
-/// whether this node leads them, and whether all are reachable.
+/// replicas (Up and WeaklyUp members of the role), every member, whether
+/// this node leads them, and whether all are reachable. (Removed nodes are
+/// found in the data: any node in it that is no longer a member.)
 fn follow_replicas(
     system: ActorSystem,
     cluster: Cluster,
@@ -1216,7 +1209,6 @@ fn follow_replicas(
             return;
         };
         let mut state = snapshot;
-        let mut known: BTreeSet<UniqueAddress> = BTreeSet::new();
         loop {
             let with_role =
                 |m: &&crate::member::Member| role.as_deref().is_none_or(|r| m.has_role(r));
@@ -1245,13 +1237,6 @@ fn follow_replicas(
                 .collect();
             let present: BTreeSet<UniqueAddress> =
                 state.members.iter().map(|m| m.node.clone()).collect();
-            let removed: Vec<UniqueAddress> = known
-                .iter()
-                .filter(|n| !present.contains(n))
-                .cloned()
-                .collect();
-            known.retain(|n| present.contains(n));
-            known.extend(nodes.iter().cloned());
             let leader = match role.as_deref() {
                 None => state.leader.clone(),
                 Some(r) => state
@@ -1273,7 +1258,6 @@ fn follow_replicas(
                 all_reachable: !state.unreachable.iter().any(|m| with_role(&m)),
                 nodes,
                 present,
-                removed,
             };
             if actor.tell(members).is_err() {
                 return;
