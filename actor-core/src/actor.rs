@@ -2,6 +2,7 @@
 
 use crate::context::Context;
 use crate::message::Message;
+use crate::replier::Replier;
 use std::future::Future;
 
 /// An actor: state that handles messages one at a time.
@@ -70,4 +71,87 @@ pub trait Actor: Sized + Send + 'static {
 pub trait Handler<M: Message>: Actor {
     /// Handles one message; the returned value is the reply to an `ask`.
     fn handle(&mut self, msg: M, ctx: &mut Context<Self>) -> impl Future<Output = M::Reply> + Send;
+
+    /// Handles one message with its reply channel (`None` for a `tell`):
+    /// what the runtime calls. By default it runs [`handle`](Self::handle)
+    /// and sends its value as the reply.
+    ///
+    /// Override it to answer later or elsewhere: keep the [`Replier`] (in
+    /// the actor's state, or inside a message to another actor) and answer
+    /// through it when the answer is known. `handle` is then only called
+    /// by code that calls it directly.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use troupe_core::prelude::*;
+    /// use troupe_core::Replier;
+    ///
+    /// #[derive(Message)]
+    /// #[message(reply = u64)]
+    /// struct NextTicket;
+    ///
+    /// #[derive(Message)]
+    /// struct Open;
+    ///
+    /// /// Answers `NextTicket` only once the counter is open.
+    /// #[derive(Default)]
+    /// struct Counter { open: bool, next: u64, waiting: Vec<Replier<u64>> }
+    /// impl Actor for Counter {}
+    ///
+    /// impl Handler<NextTicket> for Counter {
+    ///     async fn handle(&mut self, _: NextTicket, _ctx: &mut Context<Self>) -> u64 {
+    ///         self.next += 1;
+    ///         self.next
+    ///     }
+    ///     async fn handle_with_reply(
+    ///         &mut self,
+    ///         msg: NextTicket,
+    ///         reply: Option<Replier<u64>>,
+    ///         ctx: &mut Context<Self>,
+    ///     ) {
+    ///         match reply {
+    ///             Some(r) if !self.open => self.waiting.push(r),
+    ///             Some(r) => r.send(self.handle(msg, ctx).await),
+    ///             None => {}
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// #[handlers]
+    /// impl Counter {
+    ///     async fn open(&mut self, _: Open) {
+    ///         self.open = true;
+    ///         for r in std::mem::take(&mut self.waiting) {
+    ///             self.next += 1;
+    ///             r.send(self.next);
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// troupe_core::rt::block_on(async {
+    ///     let system = ActorSystem::new("doc").unwrap();
+    ///     let counter = system.spawn(Counter::default());
+    ///     let ticket = counter.ask_timeout(NextTicket, Duration::from_secs(5));
+    ///     counter.tell(Open).unwrap();
+    ///     assert_eq!(ticket.await.unwrap(), 1);
+    ///     system.shutdown().await;
+    /// });
+    /// ```
+    fn handle_with_reply(
+        &mut self,
+        msg: M,
+        reply: Option<Replier<M::Reply>>,
+        ctx: &mut Context<Self>,
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            let out = self.handle(msg, ctx).await;
+            let mut reply = reply;
+            if ctx.take_stashed_current() {
+                // The handler stashed its message: the stashed copy answers.
+                ctx.attach_reply_to_last_stashed(&mut reply);
+            } else if let Some(reply) = reply {
+                reply.send(out);
+            }
+        }
+    }
 }

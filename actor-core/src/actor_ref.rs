@@ -5,12 +5,11 @@ use crate::ask_timeouts;
 use crate::cell::{ActorCell, AnyCell, CellCore};
 use crate::context::Context;
 use crate::error::{AskError, TellError};
-use crate::letter::{
-    Envelope, HandlerFuture, Hdr, Letter, Node, Opened, ReplyTo, Sent, UserLetter,
-};
+use crate::letter::{Envelope, HandlerFuture, Hdr, Letter, Node, Opened, Sent, UserLetter};
 use crate::message::Message;
 use crate::path::ActorPath;
 use crate::remote::RemoteTarget;
+use crate::replier::Replier;
 use crate::system_message::SystemMessage;
 use crate::watch::Terminated;
 use std::any::Any;
@@ -128,13 +127,80 @@ impl<A: Actor> ActorRef<A> {
     pub(crate) fn tell_with_reply<M>(
         &self,
         msg: M,
-        reply: Option<ReplyTo<M::Reply>>,
+        reply: Option<Replier<M::Reply>>,
     ) -> Result<(), TellError<M>>
     where
         M: Message,
         A: Handler<M>,
     {
         self.send_letter(msg, reply, None)
+    }
+
+    /// Hands `msg` on with the reply channel of the ask it came with (and
+    /// its original sender, if any), without waiting for the reply: the
+    /// actor that handles it answers the original asker directly. This is
+    /// how a router passes asks on without a task per ask.
+    ///
+    /// To a remote actor the message is sent as an ask whose reply
+    /// completes `reply` when it arrives. On failure the message and the
+    /// reply channel are handed back in the error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use troupe_core::prelude::*;
+    /// use troupe_core::Replier;
+    ///
+    /// #[derive(Message)]
+    /// #[message(reply = u64)]
+    /// struct Square(u64);
+    ///
+    /// struct Worker;
+    /// impl Actor for Worker {}
+    /// #[handlers]
+    /// impl Worker {
+    ///     async fn square(&mut self, m: Square) -> u64 { m.0 * m.0 }
+    /// }
+    ///
+    /// /// Passes every ask on to its worker; the worker answers the asker.
+    /// struct Router { worker: ActorRef<Worker> }
+    /// impl Actor for Router {}
+    /// impl Handler<Square> for Router {
+    ///     async fn handle(&mut self, _: Square, _ctx: &mut Context<Self>) -> u64 { 0 }
+    ///     async fn handle_with_reply(
+    ///         &mut self,
+    ///         msg: Square,
+    ///         reply: Option<Replier<u64>>,
+    ///         _ctx: &mut Context<Self>,
+    ///     ) {
+    ///         if let Err(e) = self.worker.forward(msg, reply, None) {
+    ///             if let Some(r) = e.reply { r.fail(troupe_core::AskError::Stopped) }
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// troupe_core::rt::block_on(async {
+    ///     let system = ActorSystem::new("doc").unwrap();
+    ///     let worker = system.spawn(Worker);
+    ///     let router = system.spawn(Router { worker });
+    ///     assert_eq!(router.ask(Square(12)).await.unwrap(), 144);
+    ///     system.shutdown().await;
+    /// });
+    /// ```
+    pub fn forward<M>(
+        &self,
+        msg: M,
+        reply: Option<Replier<M::Reply>>,
+        sender: Option<&AnyActorRef>,
+    ) -> Result<(), ForwardError<M>>
+    where
+        M: Message,
+        A: Handler<M>,
+    {
+        match &self.target {
+            Target::Remote(r) => r.forward(msg, reply, sender),
+            Target::Local(cell) => Self::enqueue_local(cell, msg, reply, sender.cloned())
+                .map_err(|(error, reply)| ForwardError { error, reply }),
+        }
     }
 
     /// Sends `msg` with a sender: the receiving handler finds it in
@@ -180,31 +246,50 @@ impl<A: Actor> ActorRef<A> {
     pub(crate) fn send_letter<M>(
         &self,
         msg: M,
-        reply: Option<ReplyTo<M::Reply>>,
+        reply: Option<Replier<M::Reply>>,
         sender: Option<AnyActorRef>,
     ) -> Result<(), TellError<M>>
     where
         M: Message,
         A: Handler<M>,
     {
-        let cell = match &self.target {
-            Target::Local(cell) => cell,
-            Target::Remote(r) => {
-                return match &sender {
-                    Some(s) => r.tell_from(msg, s),
-                    None => r.tell(msg),
-                }
+        match &self.target {
+            Target::Local(cell) => {
+                Self::enqueue_local(cell, msg, reply, sender).map_err(|(e, _)| e)
             }
-        };
+            Target::Remote(r) => match &sender {
+                Some(s) => r.tell_from(msg, s),
+                None => r.tell(msg),
+            },
+        }
+    }
+
+    /// Queues a letter in a local mailbox; on failure hands back the
+    /// message and its reply channel (the message is counted as a dead
+    /// letter if the actor has stopped).
+    #[allow(clippy::type_complexity)]
+    fn enqueue_local<M>(
+        cell: &Arc<ActorCell<A>>,
+        msg: M,
+        reply: Option<Replier<M::Reply>>,
+        sender: Option<AnyActorRef>,
+    ) -> Result<(), (TellError<M>, Option<Replier<M::Reply>>)>
+    where
+        M: Message,
+        A: Handler<M>,
+    {
         if let Some(b) = &cell.bounded {
             if !b.try_reserve() {
-                return Err(TellError::MailboxFull(msg));
+                return Err((TellError::MailboxFull(msg), reply));
             }
         }
         let Some(sender) = sender else {
             return match cell.enqueue(Node::new(Envelope { msg, reply })) {
                 Ok(()) => Ok(()),
-                Err(node) => Err(TellError::Stopped(Self::undeliverable(cell, node))),
+                Err(node) => {
+                    let Envelope { msg, reply } = Self::undeliverable(cell, node);
+                    Err((TellError::Stopped(msg), reply))
+                }
             };
         };
         match cell.enqueue(Node::new(Sent { msg, reply, sender })) {
@@ -214,7 +299,8 @@ impl<A: Actor> ActorRef<A> {
                     b.release();
                 }
                 cell.dead_letter(M::manifest());
-                Err(TellError::Stopped(node.body.msg))
+                let Sent { msg, reply, .. } = node.body;
+                Err((TellError::Stopped(msg), reply))
             }
         }
     }
@@ -254,7 +340,10 @@ impl<A: Actor> ActorRef<A> {
     }
 
     #[allow(clippy::boxed_local)] // the box is what the mailbox hands back
-    fn undeliverable<M: Message>(cell: &ActorCell<A>, node: Box<Node<A, Envelope<M>>>) -> M
+    fn undeliverable<M: Message>(
+        cell: &ActorCell<A>,
+        node: Box<Node<A, Envelope<M>>>,
+    ) -> Envelope<M>
     where
         A: Handler<M>,
     {
@@ -262,7 +351,7 @@ impl<A: Actor> ActorRef<A> {
             b.release();
         }
         cell.dead_letter(M::manifest());
-        node.body.msg
+        node.body
     }
 
     /// Sends `msg` and waits for the reply, for at most the system's
@@ -303,7 +392,7 @@ impl<A: Actor> ActorRef<A> {
         let (tx, rx) = oneshot::channel();
         match cell.enqueue(Node::new(Envelope {
             msg,
-            reply: Some(ReplyTo::Local(tx)),
+            reply: Some(Replier::local(tx)),
         })) {
             Ok(()) => Ask::waiting(ReplyRx::Local(rx), timeout),
             Err(node) => {
@@ -437,6 +526,29 @@ impl<A: Handler<Terminated>> UserLetter<A> for Node<A, TerminatedLetter> {
     fn attach_reply(&mut self, _reply: &mut dyn Any) {}
 }
 
+/// Why [`ActorRef::forward`] could not hand a message on: the error (with
+/// the message) and the reply channel, to answer or pass elsewhere.
+pub struct ForwardError<M: Message> {
+    /// Why, with the message.
+    pub error: TellError<M>,
+    /// The reply channel that came with the message, unanswered.
+    pub reply: Option<Replier<M::Reply>>,
+}
+
+impl<M: Message> fmt::Debug for ForwardError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ForwardError({:?})", self.error)
+    }
+}
+
+impl<M: Message> fmt::Display for ForwardError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<M: Message> std::error::Error for ForwardError<M> {}
+
 /// The reply to an `ask`: a future of the reply or an [`AskError`].
 #[must_use = "an ask does nothing useful unless its reply is awaited"]
 pub struct Ask<R> {
@@ -455,16 +567,25 @@ enum AskState<R> {
 
 /// Where the reply comes from.
 enum ReplyRx<R> {
-    Local(oneshot::Receiver<R>),
+    Local(oneshot::Receiver<Result<R, AskError>>),
     /// A remote reply, or why there is none (the node was lost).
     Remote(oneshot::Receiver<Result<R, AskError>>),
 }
 
 impl<R> Ask<R> {
-    fn failed(e: AskError) -> Self {
+    /// An ask that has already failed with `e` (for code that builds its
+    /// own asks, such as routers that refuse a message).
+    pub fn failed(e: AskError) -> Self {
         Ask {
             state: AskState::Failed(Some(e)),
         }
+    }
+
+    pub(crate) fn waiting_local(
+        rx: oneshot::Receiver<Result<R, AskError>>,
+        timeout: Duration,
+    ) -> Self {
+        Self::waiting(ReplyRx::Local(rx), timeout)
     }
 
     fn waiting(rx: ReplyRx<R>, timeout: Duration) -> Self {
@@ -492,7 +613,7 @@ impl<R> Future for Ask<R> {
             } => {
                 let ready = match rx {
                     ReplyRx::Local(rx) => match Pin::new(rx).poll(cx) {
-                        Poll::Ready(r) => Some(r.map_err(|_| AskError::Stopped)),
+                        Poll::Ready(r) => Some(r.unwrap_or(Err(AskError::Stopped))),
                         Poll::Pending => None,
                     },
                     ReplyRx::Remote(rx) => match Pin::new(rx).poll(cx) {

@@ -5,7 +5,7 @@ use crate::actor::{Actor, Handler};
 use crate::actor_ref::AnyActorRef;
 use crate::context::Context;
 use crate::message::Message;
-use crate::remote::reply::RemoteReply;
+use crate::replier::Replier;
 use crate::system_message::SystemMessage;
 use std::any::Any;
 
@@ -97,17 +97,16 @@ pub(crate) trait UserLetter<A: Actor>: Letter<A> {
 /// send the reply.
 pub(crate) struct Envelope<M: Message> {
     pub(crate) msg: M,
-    pub(crate) reply: Option<ReplyTo<M::Reply>>,
+    pub(crate) reply: Option<Replier<M::Reply>>,
 }
 
-/// Runs `A`'s handler for `msg` (with its sender, if any) and sends the
-/// reply, or hands the reply channel to the stashed copy if the handler
-/// stashed the message.
+/// Runs `A`'s handler for `msg` (with its sender, if any); the handler
+/// replies (see [`Handler::handle_with_reply`]).
 async fn handle<A, M>(
     actor: &mut A,
     ctx: &mut Context<A>,
     msg: M,
-    mut reply: Option<ReplyTo<M::Reply>>,
+    reply: Option<Replier<M::Reply>>,
     sender: Option<AnyActorRef>,
 ) where
     A: Handler<M>,
@@ -119,34 +118,9 @@ async fn handle<A, M>(
     if with_sender {
         ctx.set_sender(sender);
     }
-    let out = actor.handle(msg, ctx).await;
+    actor.handle_with_reply(msg, reply, ctx).await;
     if with_sender {
         ctx.set_sender(None);
-    }
-    if ctx.take_stashed_current() {
-        ctx.attach_reply_to_last_stashed(&mut reply);
-    } else if let Some(reply) = reply {
-        reply.send(out);
-    }
-}
-
-/// Where the reply to an ask goes.
-pub(crate) enum ReplyTo<R> {
-    /// An asker in this process.
-    Local(oneshot::Sender<R>),
-    /// An asker on another node.
-    Remote(RemoteReply<R>),
-}
-
-impl<R> ReplyTo<R> {
-    pub(crate) fn send(self, r: R) {
-        match self {
-            // The asker may have given up (timeout); that is not an error.
-            ReplyTo::Local(tx) => {
-                let _ = tx.send(r);
-            }
-            ReplyTo::Remote(remote) => remote.send(r),
-        }
     }
 }
 
@@ -181,7 +155,7 @@ where
     }
 
     fn attach_reply(&mut self, reply: &mut dyn Any) {
-        if let Some(slot) = reply.downcast_mut::<Option<ReplyTo<M::Reply>>>() {
+        if let Some(slot) = reply.downcast_mut::<Option<Replier<M::Reply>>>() {
             self.body.reply = slot.take();
         }
     }
@@ -192,7 +166,7 @@ where
 /// tells carry nothing for it.
 pub(crate) struct Sent<M: Message> {
     pub(crate) msg: M,
-    pub(crate) reply: Option<ReplyTo<M::Reply>>,
+    pub(crate) reply: Option<Replier<M::Reply>>,
     pub(crate) sender: AnyActorRef,
 }
 
@@ -227,7 +201,7 @@ where
     }
 
     fn attach_reply(&mut self, reply: &mut dyn Any) {
-        if let Some(slot) = reply.downcast_mut::<Option<ReplyTo<M::Reply>>>() {
+        if let Some(slot) = reply.downcast_mut::<Option<Replier<M::Reply>>>() {
             self.body.reply = slot.take();
         }
     }

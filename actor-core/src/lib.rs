@@ -48,6 +48,7 @@ mod actor;
 mod actor_ref;
 mod ask_timeouts;
 mod cell;
+mod codec;
 mod context;
 mod dead_letters;
 mod error;
@@ -58,6 +59,7 @@ mod message;
 mod path;
 mod props;
 pub mod remote;
+mod replier;
 pub mod rt;
 mod supervision;
 mod sync;
@@ -67,13 +69,15 @@ mod timers;
 mod watch;
 
 pub use actor::{Actor, Handler};
-pub use actor_ref::{ActorRef, AnyActorRef, Ask};
+pub use actor_ref::{ActorRef, AnyActorRef, Ask, ForwardError};
+pub use codec::{CodecError, DeliverError, EncodedMessage, EncodedReply, RegisterError};
 pub use context::Context;
 pub use dead_letters::DeadLetter;
 pub use error::{AskError, SpawnError, SystemError, TellError};
 pub use message::Message;
 pub use path::ActorPath;
 pub use props::{MailboxConfig, Props};
+pub use replier::Replier;
 pub use supervision::{Backoff, RestartPolicy, SupervisorStrategy};
 pub use system::{
     ActorSystem, ActorSystemBuilder, DeadLetterSubscription, ResolveError, SystemSettings,

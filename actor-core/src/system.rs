@@ -4,6 +4,7 @@
 use crate::actor::{Actor, Handler};
 use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::cell::ActorCell;
+use crate::codec::RegisterError;
 use crate::dead_letters::{lock, DeadLetter, DeadLetterOffice};
 use crate::error::{SpawnError, SystemError};
 use crate::message::Message;
@@ -13,6 +14,8 @@ use crate::remote::{RemotePath, RemoteSettings, Remoting, RemotingShared};
 use crate::supervision::SupervisorStrategy;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -73,6 +76,8 @@ pub(crate) struct SystemShared {
     pub(crate) registry: Registry,
     /// Remoting, when enabled.
     pub(crate) remote: OnceLock<Arc<RemotingShared>>,
+    /// Extensions (cluster, sharding ...), one per type.
+    extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl SystemShared {
@@ -188,6 +193,7 @@ impl ActorSystem {
             guardians: Mutex::new(None),
             registry: Registry::default(),
             remote: OnceLock::new(),
+            extensions: Mutex::new(HashMap::new()),
         });
         if let Some(remote) = remote {
             remote.validate()?;
@@ -277,6 +283,49 @@ impl ActorSystem {
         (!cur.is_terminated()).then_some(cur)
     }
 
+    /// The extension of type `T` registered on this system, if any.
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        let map = self
+            .shared
+            .extensions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.get(&TypeId::of::<T>())
+            .cloned()
+            .and_then(|e| e.downcast::<T>().ok())
+    }
+
+    /// The extension of type `T`, registered by `init` if there is none:
+    /// one instance per system, found again from anywhere that has the
+    /// system (for example while a message that refers to it is decoded).
+    /// `init` runs at most once per system and type, under a lock: it
+    /// must not register extensions itself.
+    ///
+    /// ```
+    /// use troupe_core::prelude::*;
+    ///
+    /// struct Greetings(&'static str);
+    ///
+    /// let system = ActorSystem::new("doc").unwrap();
+    /// let g = system.extension_or_init(|| Greetings("hello"));
+    /// assert_eq!(system.extension::<Greetings>().unwrap().0, g.0);
+    /// # troupe_core::rt::block_on(system.shutdown());
+    /// ```
+    pub fn extension_or_init<T: Send + Sync + 'static>(&self, init: impl FnOnce() -> T) -> Arc<T> {
+        let mut map = self
+            .shared
+            .extensions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let entry = map
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(init()) as Arc<dyn Any + Send + Sync>)
+            .clone();
+        entry
+            .downcast::<T>()
+            .unwrap_or_else(|_| unreachable!("extensions are stored under their own type id"))
+    }
+
     /// Finds a live actor of type `A` by path.
     pub fn lookup<A: Actor>(&self, path: &str) -> Option<ActorRef<A>> {
         self.lookup_any(path)?.downcast()
@@ -289,6 +338,10 @@ impl ActorSystem {
         })
     }
 
+    pub(crate) fn shared(&self) -> &Arc<SystemShared> {
+        &self.shared
+    }
+
     /// Registers message type `M`, handled by actor type `A`, for remoting:
     /// do it on every node that sends `M` or hosts an `A` that receives it
     /// from the network. Its manifest (`Message::manifest`) names it on the
@@ -297,27 +350,30 @@ impl ActorSystem {
     /// Unregistered messages are refused when sent to a remote actor
     /// ([`TellError::NotSendable`](crate::TellError::NotSendable)), and are
     /// logged and dropped when they arrive.
-    pub fn register<A, M>(&self) -> &Self
+    ///
+    /// Fails if another message type already uses `M`'s manifest
+    /// (registering the same type again is fine).
+    pub fn register<A, M>(&self) -> Result<&Self, RegisterError>
     where
         A: Handler<M>,
         M: Message + Serialize + DeserializeOwned,
         M::Reply: Serialize + DeserializeOwned,
     {
-        self.shared.registry.register::<A, M>(false);
-        self
+        self.shared.registry.register::<A, M>(false)?;
+        Ok(self)
     }
 
     /// Registers `M` like [`register`](Self::register), sent on the control
     /// connection: for small, urgent messages (heartbeats, membership
     /// gossip) that must not wait behind ordinary traffic.
-    pub fn register_control<A, M>(&self) -> &Self
+    pub fn register_control<A, M>(&self) -> Result<&Self, RegisterError>
     where
         A: Handler<M>,
         M: Message + Serialize + DeserializeOwned,
         M::Reply: Serialize + DeserializeOwned,
     {
-        self.shared.registry.register::<A, M>(true);
-        self
+        self.shared.registry.register::<A, M>(true)?;
+        Ok(self)
     }
 
     /// A reference to the actor at a full path, local or remote:
@@ -380,6 +436,9 @@ impl ActorSystem {
             remoting.shutdown().await;
         }
         lock(&self.shared.guardians).take();
+        // Extensions usually hold the system: dropping them breaks the cycle.
+        let extensions = std::mem::take(&mut *lock(&self.shared.extensions));
+        drop(extensions);
         tracing::debug!("actor system `{}` terminated", self.shared.name);
     }
 }

@@ -131,13 +131,21 @@ fn node_with(name: &str, remote: RemoteSettings) -> ActorSystem {
     let system = ActorSystem::builder(name).remote(remote).build().unwrap();
     system
         .register::<Counter, Add>()
+        .unwrap()
         .register::<Counter, Record>()
+        .unwrap()
         .register::<Counter, Recorded>()
+        .unwrap()
         .register::<Counter, PingTo>()
+        .unwrap()
         .register::<Counter, Panic>()
+        .unwrap()
         .register::<Counter, Blob>()
+        .unwrap()
         .register::<Counter, EchoSender>()
-        .register::<Collector, Pong>();
+        .unwrap()
+        .register::<Collector, Pong>()
+        .unwrap();
     system
 }
 
@@ -593,8 +601,8 @@ fn unknown_manifests_and_wrong_versions_are_dropped_and_logged() {
             .remote(settings("127.0.0.1:0"))
             .build()
             .unwrap();
-        b.register::<Counter, Add>();
-        a.register::<Counter, Add>();
+        b.register::<Counter, Add>().unwrap();
+        a.register::<Counter, Add>().unwrap();
         b.spawn_named("counter", Counter::default()).unwrap();
         let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
         let rb = b.remoting().unwrap();

@@ -46,8 +46,9 @@ fn system() -> ActorSystem {
         .expect("system");
     system
         .register::<Sink, Body>()
-        .register::<Sink, Count>()
-        .register::<Sink, Echo>();
+        .and_then(|s| s.register::<Sink, Count>())
+        .and_then(|s| s.register::<Sink, Echo>())
+        .expect("message manifests are distinct");
     system
 }
 

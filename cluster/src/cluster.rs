@@ -86,7 +86,8 @@ impl Cluster {
             ),
             _ => {}
         }
-        core::register(system);
+        core::register(system)
+            .map_err(|e| ClusterError(format!("cannot register the cluster protocol: {e}")))?;
         let down_removal_margin = settings.down_removal_margin;
         let exit_blockers = Arc::new(AtomicUsize::new(0));
         let core = system

@@ -1052,13 +1052,14 @@ pub(crate) struct JoinRetry;
 pub(crate) struct Welcomed(Box<Gossip>);
 
 /// Registers the protocol's messages for remoting (control connection).
-pub(crate) fn register(system: &ActorSystem) {
+pub(crate) fn register(system: &ActorSystem) -> Result<(), troupe_core::RegisterError> {
     system
-        .register_control::<ClusterCore, InitJoin>()
-        .register_control::<ClusterCore, Join>()
-        .register_control::<ClusterCore, GossipEnvelope>()
-        .register_control::<ClusterCore, GossipStatus>()
-        .register_control::<ClusterCore, Heartbeat>()
-        .register_control::<ClusterCore, HeartbeatRsp>()
-        .register_control::<ClusterCore, ExitingConfirmed>();
+        .register_control::<ClusterCore, InitJoin>()?
+        .register_control::<ClusterCore, Join>()?
+        .register_control::<ClusterCore, GossipEnvelope>()?
+        .register_control::<ClusterCore, GossipStatus>()?
+        .register_control::<ClusterCore, Heartbeat>()?
+        .register_control::<ClusterCore, HeartbeatRsp>()?
+        .register_control::<ClusterCore, ExitingConfirmed>()?;
+    Ok(())
 }

@@ -114,7 +114,9 @@ fn nodes_with(n: usize, probe: &Arc<Probe>, down_removal_margin: Option<Duration
         .map(|system| {
             system
                 .register::<Tickets, NextTicket>()
-                .register::<Tickets, Record>();
+                .unwrap()
+                .register::<Tickets, Record>()
+                .unwrap();
             let cluster = Cluster::start(
                 &system,
                 ClusterSettings {

@@ -92,7 +92,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    system.register::<Ponger, Ping>();
+    system
+        .register::<Ponger, Ping>()
+        .expect("message manifests are distinct");
     let address = system.remoting().expect("remoting is on").address().clone();
     match &args.peer {
         None => serve(system, &address),

@@ -190,7 +190,9 @@ fn kill_9_ends_watches_and_a_restart_on_the_same_port_is_a_new_incarnation() {
         .remote(settings)
         .build()
         .unwrap();
-    system.register::<Ponger, Ping>();
+    system
+        .register::<Ponger, Ping>()
+        .expect("message manifests are distinct");
     let mut server = start_server(0, "kill");
     let port: u16 = server.address.rsplit(':').next().unwrap().parse().unwrap();
     rt::block_on(async {

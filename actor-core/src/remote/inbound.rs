@@ -123,7 +123,7 @@ impl InboundHandler {
     }
 
     fn deliver(&mut self, m: UserMsg<'_>) {
-        let reply = (m.ask != 0).then(|| ReplySink {
+        let reply = (m.ask != 0).then(|| ReplySink::Wire {
             assoc: self.assoc.clone(),
             ask: m.ask,
         });

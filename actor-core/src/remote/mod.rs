@@ -40,4 +40,5 @@ pub use fault_injection::{Direction, FaultInjector};
 pub(crate) use remote_ref::RemoteTarget;
 pub use remoting::Remoting;
 pub(crate) use remoting::RemotingShared;
+pub use serde_context::decoding_system;
 pub use settings::{RemoteSettings, INSECURE_DEVELOPMENT_SECRET};

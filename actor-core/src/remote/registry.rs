@@ -8,10 +8,11 @@
 
 use crate::actor::Handler;
 use crate::actor_ref::AnyActorRef;
+use crate::codec::RegisterError;
 use crate::error::TellError;
-use crate::letter::ReplyTo;
 use crate::message::Message;
 use crate::remote::reply::{RemoteReply, ReplySink};
+use crate::replier::Replier;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::any::{Any, TypeId};
@@ -40,6 +41,8 @@ pub(crate) enum DispatchError {
 /// How one message type travels.
 pub(crate) struct Codec {
     pub(crate) manifest: &'static str,
+    /// The Rust type, for error messages.
+    pub(crate) type_name: &'static str,
     pub(crate) encode: EncodeFn,
     pub(crate) decode_reply: DecodeReplyFn,
     /// Sent on the control connection (heartbeat-like traffic).
@@ -48,6 +51,8 @@ pub(crate) struct Codec {
 
 struct ManifestEntry {
     codec: Arc<Codec>,
+    /// The message type that owns the manifest.
+    message_type: TypeId,
     /// Per actor type that handles it.
     dispatch: HashMap<TypeId, DispatchFn>,
 }
@@ -104,7 +109,7 @@ where
             return Err(DispatchError::Undecodable(why));
         }
     };
-    let reply = reply.map(|sink| ReplyTo::Remote(RemoteReply::new(sink, encode_reply::<M::Reply>)));
+    let reply = reply.map(|sink| Replier::remote(RemoteReply::new(sink, encode_reply::<M::Reply>)));
     match actor.send_letter(msg, reply, sender) {
         Ok(()) => Ok(()),
         Err(TellError::MailboxFull(_)) => Err(DispatchError::MailboxFull),
@@ -113,8 +118,9 @@ where
 }
 
 impl Registry {
-    /// Registers `M` as handled by `A`.
-    pub(crate) fn register<A, M>(&self, control: bool)
+    /// Registers `M` as handled by `A`; refuses a manifest that another
+    /// message type already has.
+    pub(crate) fn register<A, M>(&self, control: bool) -> Result<(), RegisterError>
     where
         A: Handler<M>,
         M: Message + Serialize + DeserializeOwned,
@@ -127,31 +133,27 @@ impl Registry {
             .or_insert_with(|| ManifestEntry {
                 codec: Arc::new(Codec {
                     manifest,
+                    type_name: std::any::type_name::<M>(),
                     encode: encode::<M>,
                     decode_reply: decode_reply::<M::Reply>,
                     control,
                 }),
+                message_type: TypeId::of::<M>(),
                 dispatch: HashMap::new(),
             });
-        let clash = self
-            .by_type
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|(t, c)| c.manifest == manifest && *t != TypeId::of::<M>());
-        if clash {
-            tracing::error!(
-                "two message types share the manifest `{manifest}`; the second (`{}`) is ignored: \
-                 give one of them `#[message(name = \"...\")]`",
-                std::any::type_name::<M>()
-            );
-            return;
+        if entry.message_type != TypeId::of::<M>() {
+            return Err(RegisterError::ManifestTaken {
+                manifest,
+                registered: entry.codec.type_name,
+                refused: std::any::type_name::<M>(),
+            });
         }
         entry.dispatch.insert(TypeId::of::<A>(), dispatch::<A, M>);
         self.by_type
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(TypeId::of::<M>(), entry.codec.clone());
+        Ok(())
     }
 
     /// The codec of message type `M`, if registered.

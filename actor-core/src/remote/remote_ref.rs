@@ -3,13 +3,14 @@
 //! `troupe://SYSTEM@HOST:PORT/user/name#uid`.
 
 use crate::actor::Actor;
-use crate::actor_ref::{ActorRef, AnyActorRef};
+use crate::actor_ref::{ActorRef, AnyActorRef, ForwardError};
 use crate::cell::ActorCell;
 use crate::error::{AskError, TellError};
 use crate::message::Message;
 use crate::remote::address::RemotePath;
 use crate::remote::association::{Association, SendError};
 use crate::remote::serde_context;
+use crate::replier::Replier;
 use serde::de::Error as _;
 use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -72,11 +73,30 @@ impl RemoteTarget {
         msg: M,
         timeout: Duration,
     ) -> Result<oneshot::Receiver<Result<M::Reply, AskError>>, AskError> {
+        let (tx, rx) = oneshot::channel();
+        self.send_ask(&msg, timeout, "", move |reply| {
+            let _ = tx.send(reply);
+        })
+        .map(|()| rx)
+        .map_err(|e| match e {
+            SendError::Full => AskError::MailboxFull,
+            SendError::NotSendable(why) => AskError::NotSendable(why),
+        })
+    }
+
+    /// Sends `msg` as an ask whose reply (decoded) or failure is handed to
+    /// `complete`. If sending fails, `complete` is dropped uncalled.
+    fn send_ask<M: Message>(
+        &self,
+        msg: &M,
+        timeout: Duration,
+        from: &str,
+        complete: impl FnOnce(Result<M::Reply, AskError>) + Send + 'static,
+    ) -> Result<(), SendError> {
         let remoting = self.assoc.remoting();
         let Some(codec) = remoting.system.registry.codec_of::<M>() else {
-            return Err(AskError::NotSendable(not_registered::<M>()));
+            return Err(SendError::NotSendable(not_registered::<M>()));
         };
-        let (tx, rx) = oneshot::channel();
         let decode = codec.decode_reply;
         let system = remoting.system.clone();
         let id = remoting.asks.register(
@@ -90,19 +110,52 @@ impl RemoteTarget {
                         .map(|b| *b)
                         .map_err(|_| AskError::Remote("bug: reply of the wrong type".into()))
                 });
-                let _ = tx.send(reply);
+                complete(reply);
             }),
         );
-        match self.assoc.send_user(&self.path, "", &msg, id) {
-            Ok(()) => Ok(rx),
-            Err(e) => {
-                remoting.asks.cancel(id);
-                Err(match e {
-                    SendError::Full => AskError::MailboxFull,
-                    SendError::NotSendable(why) => AskError::NotSendable(why),
+        let sent = self.assoc.send_user(&self.path, from, msg, id);
+        if sent.is_err() {
+            remoting.asks.cancel(id);
+        }
+        sent
+    }
+
+    /// Hands `msg` on with its reply channel (see `ActorRef::forward`): a
+    /// tell, or an ask whose reply completes `reply`.
+    pub(crate) fn forward<M: Message>(
+        &self,
+        msg: M,
+        reply: Option<Replier<M::Reply>>,
+        sender: Option<&AnyActorRef>,
+    ) -> Result<(), ForwardError<M>> {
+        let from = match sender.map(wire_path).transpose() {
+            Ok(p) => p.unwrap_or_default(),
+            Err(why) => {
+                return Err(ForwardError {
+                    error: TellError::NotSendable(msg, why),
+                    reply,
                 })
             }
-        }
+        };
+        let Some(reply) = reply else {
+            let sent = self.assoc.send_user(&self.path, &from, &msg, 0);
+            return hand_back(sent, msg).map_err(|error| ForwardError { error, reply: None });
+        };
+        // The reply channel goes into the pending ask; kept in a slot so
+        // that it can be handed back if the send fails.
+        let slot = Arc::new(std::sync::Mutex::new(Some(reply)));
+        let kept = slot.clone();
+        let timeout = self.default_ask_timeout();
+        let sent = self.send_ask(&msg, timeout, &from, move |r| {
+            let taken = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(reply) = taken {
+                reply.complete(r);
+            }
+        });
+        hand_back(sent, msg).map_err(|error| ForwardError {
+            error,
+            reply: kept.lock().unwrap_or_else(|e| e.into_inner()).take(),
+        })
     }
 }
 

@@ -1,31 +1,47 @@
 //! Replies to asks that came from another node.
 
+use crate::codec::EncodedReply;
+use crate::error::AskError;
 use crate::remote::association::Association;
 use crate::remote::wire::{self, ReplyBody};
+use crate::replier::Replier;
 use std::sync::Arc;
 
-/// Where a remote ask's reply goes: the asker's node and the ask's id.
-pub(crate) struct ReplySink {
-    pub(crate) assoc: Arc<Association>,
-    pub(crate) ask: u64,
+/// Where an encoded reply goes: back over the wire to the asker's node
+/// (with the ask's id), or to a local reply channel of encoded replies
+/// (`ActorSystem::deliver_encoded`).
+pub(crate) enum ReplySink {
+    /// To a remote asker.
+    Wire { assoc: Arc<Association>, ask: u64 },
+    /// To a local channel (boxed: a `Replier` may itself hold a sink).
+    Encoded(Box<Replier<EncodedReply>>),
 }
 
 impl ReplySink {
     pub(crate) fn send(self, body: ReplyBody<'_>) {
-        let mut frame = wire::encode_reply(self.ask, &body);
-        let max = self.assoc.remoting().settings.max_frame_size;
+        match self {
+            ReplySink::Wire { assoc, ask } => send_over_wire(&assoc, ask, body),
+            ReplySink::Encoded(replier) => match body {
+                ReplyBody::Ok(bytes) => replier.send(EncodedReply(bytes.to_vec())),
+                ReplyBody::Err(why) => replier.fail(AskError::Remote(why)),
+            },
+        }
+    }
+}
+
+fn send_over_wire(assoc: &Arc<Association>, ask: u64, body: ReplyBody<'_>) {
+    {
+        let mut frame = wire::encode_reply(ask, &body);
+        let max = assoc.remoting().settings.max_frame_size;
         if frame.len() - 4 > max {
             let why = format!(
                 "the reply of {} bytes is larger than max_frame_size ({max} bytes)",
                 frame.len() - 4
             );
-            tracing::error!(
-                "cannot answer a remote ask from {}: {why}",
-                self.assoc.address
-            );
-            frame = wire::encode_reply(self.ask, &ReplyBody::Err(why));
+            tracing::error!("cannot answer a remote ask from {}: {why}", assoc.address);
+            frame = wire::encode_reply(ask, &ReplyBody::Err(why));
         }
-        self.assoc.send_reply_frame(frame);
+        assoc.send_reply_frame(frame);
     }
 }
 
@@ -59,6 +75,15 @@ impl<R> RemoteReply<R> {
                     "the reply could not be encoded: {e}"
                 )));
             }
+        }
+    }
+}
+
+impl<R> RemoteReply<R> {
+    /// Tells the remote asker why there is no reply.
+    pub(crate) fn fail(mut self, error: &AskError) {
+        if let Some(sink) = self.sink.take() {
+            sink.send(ReplyBody::Err(error.to_string()));
         }
     }
 }

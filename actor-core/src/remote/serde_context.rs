@@ -31,6 +31,13 @@ pub(crate) fn current() -> Option<Arc<SystemShared>> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
+/// The actor system that is decoding a message on this thread, if any:
+/// for `Deserialize` implementations of types that refer to a system's
+/// extension (an entity reference finds its sharding this way).
+pub fn decoding_system() -> Option<crate::ActorSystem> {
+    current().map(crate::ActorSystem::from_shared)
+}
+
 /// Decodes a MessagePack value (in the current decoding context).
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     rmp_serde::from_slice(bytes).map_err(|e| e.to_string())

@@ -892,9 +892,10 @@ impl Replicator {
     ) -> Result<Replicator, ClusterError> {
         system
             .register_control::<ReplicatorActor, DWrite>()
-            .register_control::<ReplicatorActor, DRead>()
-            .register_control::<ReplicatorActor, DStatus>()
-            .register::<ReplicatorActor, DGossip>();
+            .and_then(|s| s.register_control::<ReplicatorActor, DRead>())
+            .and_then(|s| s.register_control::<ReplicatorActor, DStatus>())
+            .and_then(|s| s.register::<ReplicatorActor, DGossip>())
+            .map_err(|e| ClusterError(format!("cannot register the replicator's messages: {e}")))?;
         let types = TypeRegistry::with_builtins();
         let durable = if settings.durable_keys.is_empty() {
             None

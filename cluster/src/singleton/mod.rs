@@ -43,7 +43,8 @@ pub fn start<A: Actor>(
     factory: impl FnMut() -> A + Send + 'static,
     settings: ClusterSingletonSettings,
 ) -> Result<ActorRef<SingletonManager<A>>, ClusterError> {
-    protocol::register::<A>(system);
+    protocol::register::<A>(system)
+        .map_err(|e| ClusterError(format!("cannot register the singleton protocol: {e}")))?;
     let manager = SingletonManager::new(cluster.clone(), Box::new(factory), settings);
     system
         .spawn_system_actor(Props::new(manager).with_name(manager::manager_name(name)))
@@ -57,6 +58,7 @@ pub fn proxy<A: Actor>(
     name: &str,
     settings: ClusterSingletonSettings,
 ) -> Result<SingletonProxy<A>, ClusterError> {
-    protocol::register::<A>(system);
+    protocol::register::<A>(system)
+        .map_err(|e| ClusterError(format!("cannot register the singleton protocol: {e}")))?;
     SingletonProxy::start(system, cluster, name, settings)
 }

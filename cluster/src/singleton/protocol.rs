@@ -39,9 +39,10 @@ pub(crate) struct WhereIsSingleton {
 pub(crate) struct Moving;
 
 /// Registers the managers' messages for remoting.
-pub(crate) fn register<A: Actor>(system: &ActorSystem) {
+pub(crate) fn register<A: Actor>(system: &ActorSystem) -> Result<(), troupe_core::RegisterError> {
     system
-        .register_control::<SingletonManager<A>, HandOverToMe>()
-        .register_control::<SingletonManager<A>, WhereIsSingleton>()
-        .register::<crate::singleton::proxy::ProxyActor<A>, Moving>();
+        .register_control::<SingletonManager<A>, HandOverToMe>()?
+        .register_control::<SingletonManager<A>, WhereIsSingleton>()?
+        .register::<crate::singleton::proxy::ProxyActor<A>, Moving>()?;
+    Ok(())
 }

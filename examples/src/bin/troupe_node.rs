@@ -107,7 +107,9 @@ fn run(args: Args) -> Result<(), String> {
     let cluster = Cluster::start(&system, settings).map_err(|e| e.to_string())?;
     tracing::info!("node {} started", cluster.self_node());
     // The demo singleton: a cluster-wide ticket counter, on the oldest node.
-    system.register::<Tickets, NextTicket>();
+    system
+        .register::<Tickets, NextTicket>()
+        .expect("message manifests are distinct");
     singleton::start(
         &system,
         &cluster,
