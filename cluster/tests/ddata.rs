@@ -1,7 +1,8 @@
 //! Distributed data across several actor systems in one process: majority
-//! writes and reads, concurrent updates on both sides of a partition merged
-//! after healing, subscriptions, deletion, and durable keys that survive a
-//! restart of every node (real redb files in a temporary directory).
+//! and majority-plus writes and reads, concurrent updates on both sides of a
+//! partition merged after healing, subscriptions, deletion, durable keys
+//! that survive a restart of every node (real redb files in a temporary
+//! directory), and the one replicator of each actor system.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -426,5 +427,219 @@ fn a_node_that_left_is_pruned_from_the_data_and_its_count_kept() {
         }
         gone.system.shutdown().await;
         shutdown(nodes).await;
+    });
+}
+
+/// Cuts `cut` off from `from` (both directions), or heals the cut.
+fn set_cut(from: &[Node], cut: &Node, blackhole: bool) {
+    let addr = cut.cluster.self_address().clone();
+    for n in from {
+        let faults = n.system.remoting().unwrap().fault_injector().unwrap();
+        if blackhole {
+            faults.blackhole(&addr, Direction::Both);
+        } else {
+            faults.pass_through(&addr);
+        }
+    }
+}
+
+async fn increment(node: &Node, key: &Key<GCounter>, w: WriteConsistency) -> Result<(), DataError> {
+    let me = node.cluster.self_node().clone();
+    node.replicator
+        .update(key, GCounter::new(), w, move |mut c| {
+            c.increment(&me, 1);
+            c
+        })
+        .await
+}
+
+#[test]
+fn majority_plus_needs_a_majority_and_more_and_is_read_back_elsewhere() {
+    const SHORT: Duration = Duration::from_millis(600);
+    const PLUS_ONE_W: WriteConsistency = WriteConsistency::MajorityPlus {
+        additional: 1,
+        timeout: Duration::from_secs(3),
+    };
+    const PLUS_ONE_R: ReadConsistency = ReadConsistency::MajorityPlus {
+        additional: 1,
+        timeout: Duration::from_secs(3),
+    };
+    rt::block_on(async {
+        // Five replicas: a majority is 3, a majority plus one is 4.
+        let nodes = start_nodes(5, None);
+        all_up(&nodes).await;
+        let key = Key::<GCounter>::new("plus");
+
+        // Node 4 is cut off: 4 replicas remain, enough for plus one.
+        set_cut(&nodes[..4], &nodes[4], true);
+        increment(&nodes[0], &key, PLUS_ONE_W).await.unwrap();
+        let e = increment(&nodes[0], &key, WriteConsistency::All { timeout: SHORT })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, DataError::Timeout(_)), "{e:?}");
+        // A read of plus one from another node sees both increments (the
+        // timed-out write is applied locally on node 0, which is asked).
+        let got = nodes[3]
+            .replicator
+            .get(&key, PLUS_ONE_R)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.value(), 2);
+
+        // Node 3 is cut off too: 3 replicas remain, a majority but not
+        // a majority plus one.
+        set_cut(&nodes[..3], &nodes[3], true);
+        increment(&nodes[1], &key, MAJORITY_W).await.unwrap();
+        let e = increment(
+            &nodes[1],
+            &key,
+            WriteConsistency::MajorityPlus {
+                additional: 1,
+                timeout: SHORT,
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, DataError::Timeout(_)), "{e:?}");
+        assert!(e.to_string().contains("of the 3 other replicas"), "{e}");
+        let e = nodes[2]
+            .replicator
+            .get(
+                &key,
+                ReadConsistency::MajorityPlus {
+                    additional: 1,
+                    timeout: SHORT,
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(e, DataError::Timeout(_)), "{e:?}");
+        // Plus nothing is a plain majority.
+        increment(
+            &nodes[2],
+            &key,
+            WriteConsistency::MajorityPlus {
+                additional: 0,
+                timeout: Duration::from_secs(3),
+            },
+        )
+        .await
+        .unwrap();
+        let got = nodes[0]
+            .replicator
+            .get(&key, MAJORITY_R)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.value(), 5);
+
+        // Healed, plus `usize::MAX` is every replica: node 0's whole count
+        // (5 and this write) reaches all, the formerly cut-off included.
+        set_cut(&nodes[..3], &nodes[3], false);
+        set_cut(&nodes[..4], &nodes[4], false);
+        let every = WriteConsistency::MajorityPlus {
+            additional: usize::MAX,
+            timeout: Duration::from_secs(3),
+        };
+        let start = Instant::now();
+        // The cut-off nodes' connections come back on their own time.
+        while let Err(e) = increment(&nodes[0], &key, every).await {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "never reached every replica: {e}"
+            );
+        }
+        for n in &nodes {
+            let v = n
+                .replicator
+                .get(&key, ReadConsistency::Local)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                v.value() >= 6,
+                "{} missed the write to all",
+                n.cluster.self_node()
+            );
+        }
+        shutdown(nodes).await;
+    });
+}
+
+fn lone_system() -> (ActorSystem, Cluster) {
+    let system = ActorSystem::builder("ddata")
+        .remote(RemoteSettings::new("127.0.0.1:0").with_secret("ddata-test"))
+        .build()
+        .unwrap();
+    let cluster = Cluster::start(&system, ClusterSettings::default()).unwrap();
+    (system, cluster)
+}
+
+#[test]
+fn every_component_of_a_system_gets_its_one_replicator() {
+    rt::block_on(async {
+        let (system, cluster) = lone_system();
+        assert!(Replicator::find(&system).is_none());
+        // Components racing to get the replicator all get the same one.
+        let found: Vec<Replicator> = std::thread::scope(|s| {
+            let tasks: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| Replicator::get_or_start(&system, &cluster).unwrap()))
+                .collect();
+            tasks.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert!(found.windows(2).all(|w| w[0] == w[1]));
+        let replicator = Replicator::find(&system).expect("started by get_or_start");
+        assert_eq!(replicator, found[0]);
+        // What one component writes, another reads through its own handle.
+        let key = Key::<GCounter>::new("shared");
+        let me = cluster.self_node().clone();
+        found[1]
+            .update(
+                &key,
+                GCounter::new(),
+                WriteConsistency::Local,
+                move |mut c| {
+                    c.increment(&me, 3);
+                    c
+                },
+            )
+            .await
+            .unwrap();
+        let got = replicator
+            .get(&key, ReadConsistency::Local)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.value(), 3);
+        // A second replicator is a clear error that names the way out.
+        let e = Replicator::start(&system, &cluster, ReplicatorSettings::default()).unwrap_err();
+        assert!(e.to_string().contains("Replicator::get_or_start"), "{e}");
+        assert_eq!(Replicator::find(&system), Some(replicator));
+        system.shutdown().await;
+        assert!(Replicator::find(&system).is_none(), "gone with its system");
+    });
+}
+
+#[test]
+fn get_or_start_finds_a_replicator_started_with_its_own_settings() {
+    rt::block_on(async {
+        let (system, cluster) = lone_system();
+        let settings = ReplicatorSettings {
+            majority_min_cap: 3,
+            ..ReplicatorSettings::default()
+        };
+        let started = Replicator::start(&system, &cluster, settings).unwrap();
+        let found = Replicator::get_or_start(&system, &cluster).unwrap();
+        assert_eq!(found, started);
+        assert_eq!(found.majority_min_cap(), 3, "not a default one");
+        assert!(Replicator::start(&system, &cluster, ReplicatorSettings::default()).is_err());
+        // Each actor system has its own.
+        let (other, other_cluster) = lone_system();
+        let theirs = Replicator::get_or_start(&other, &other_cluster).unwrap();
+        assert_ne!(theirs, started);
+        assert_eq!(theirs.majority_min_cap(), 0);
+        other.shutdown().await;
+        system.shutdown().await;
     });
 }

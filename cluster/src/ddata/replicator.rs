@@ -1,6 +1,7 @@
-//! The replicator: one actor per node (`/system/ddata-replicator`) that
-//! keeps a replica of every key, applies updates, replicates them with the
-//! asked consistency (local, majority, all), answers reads from other
+//! The replicator: one actor per node (`/system/ddata-replicator`, one per
+//! actor system, kept as a system extension) that keeps a replica of every
+//! key, applies updates, replicates them with the asked consistency (local,
+//! majority, majority plus, all), answers reads from other
 //! replicas, spreads everything by anti-entropy gossip, notifies
 //! subscribers, and keeps durable keys on disk. It follows Akka's
 //! `Replicator`, with full-state replication.
@@ -19,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use troupe_core::prelude::*;
 use troupe_core::{rt, Props};
@@ -59,13 +60,42 @@ impl<T> fmt::Debug for Key<T> {
     }
 }
 
-/// How many replicas must have a write before it counts as done.
+/// How many replicas must have a write before it counts as done (this
+/// node's included). Akka's `WriteLocal`, `WriteMajority`,
+/// `WriteMajorityPlus` and `WriteAll`.
+///
+/// The replicas are the Up and WeaklyUp members (of the replicator's
+/// role); Leaving and Exiting members are not asked, as they are about to
+/// go. A write that does not reach its consistency in time is still
+/// applied here and spreads by gossip.
+///
+/// ```
+/// use std::time::Duration;
+/// use troupe_cluster::ddata::WriteConsistency;
+///
+/// // Pekko's sharding coordinator writes its state to a majority plus 3.
+/// let w = WriteConsistency::MajorityPlus { additional: 3, timeout: Duration::from_secs(5) };
+/// assert_eq!(w.replicas_needed(10, 0), 9); // 10 / 2 + 1 + 3
+/// assert_eq!(w.replicas_needed(5, 0), 5); // never more than all
+/// assert_eq!(w.timeout(), Some(Duration::from_secs(5)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteConsistency {
     /// This node only; gossip spreads it.
     Local,
     /// A majority of the replicas (at least `majority_min_cap`).
     Majority {
+        /// Give up (the write stays local and spreads by gossip) after this.
+        timeout: Duration,
+    },
+    /// A majority of the replicas and `additional` more (Akka's
+    /// `WriteMajorityPlus`): at most all of them, and at least
+    /// `majority_min_cap`. Paired with [`ReadConsistency::MajorityPlus`],
+    /// a read still sees the write while the membership changes by a few
+    /// nodes between the two. `additional: usize::MAX` is all replicas.
+    MajorityPlus {
+        /// How many replicas beyond the majority.
+        additional: usize,
         /// Give up (the write stays local and spreads by gossip) after this.
         timeout: Duration,
     },
@@ -76,7 +106,51 @@ pub enum WriteConsistency {
     },
 }
 
-/// How many replicas a read consults.
+impl WriteConsistency {
+    /// How many of `number_of_nodes` replicas (this node included) must
+    /// have the write, with the replicator's `majority_min_cap`. Pekko's
+    /// `ReadWriteAggregator.calculateMajority` for the majorities.
+    pub fn replicas_needed(&self, number_of_nodes: usize, majority_min_cap: usize) -> usize {
+        match *self {
+            WriteConsistency::Local => number_of_nodes.min(1),
+            WriteConsistency::Majority { .. } => {
+                calculate_majority(majority_min_cap, number_of_nodes, 0)
+            }
+            WriteConsistency::MajorityPlus { additional, .. } => {
+                calculate_majority(majority_min_cap, number_of_nodes, additional)
+            }
+            WriteConsistency::All { .. } => number_of_nodes,
+        }
+    }
+
+    /// How long the write waits for the other replicas (`None` for
+    /// `Local`).
+    pub fn timeout(&self) -> Option<Duration> {
+        match *self {
+            WriteConsistency::Local => None,
+            WriteConsistency::Majority { timeout }
+            | WriteConsistency::MajorityPlus { timeout, .. }
+            | WriteConsistency::All { timeout } => Some(timeout),
+        }
+    }
+}
+
+/// How many replicas a read consults (this node's included). Akka's
+/// `ReadLocal`, `ReadMajority`, `ReadMajorityPlus` and `ReadAll`.
+///
+/// A read with `Majority` after a write with `Majority` (or `MajorityPlus`
+/// after `MajorityPlus`, or any pair whose counts add up to more than the
+/// replicas) sees the write, from any node.
+///
+/// ```
+/// use std::time::Duration;
+/// use troupe_cluster::ddata::ReadConsistency;
+///
+/// // Pekko's sharding coordinator reads its state from a majority plus 5.
+/// let r = ReadConsistency::MajorityPlus { additional: 5, timeout: Duration::from_secs(5) };
+/// assert_eq!(r.replicas_needed(20, 0), 16); // 20 / 2 + 1 + 5
+/// assert_eq!(ReadConsistency::Local.replicas_needed(20, 0), 1);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadConsistency {
     /// This node only.
@@ -86,11 +160,56 @@ pub enum ReadConsistency {
         /// Give up after this.
         timeout: Duration,
     },
+    /// A majority of the replicas and `additional` more (Akka's
+    /// `ReadMajorityPlus`): at most all of them, and at least
+    /// `majority_min_cap`. `additional: usize::MAX` is all replicas.
+    MajorityPlus {
+        /// How many replicas beyond the majority.
+        additional: usize,
+        /// Give up after this.
+        timeout: Duration,
+    },
     /// Every replica.
     All {
         /// Give up after this.
         timeout: Duration,
     },
+}
+
+impl ReadConsistency {
+    /// How many of `number_of_nodes` replicas (this node included) must
+    /// answer the read, with the replicator's `majority_min_cap`. Pekko's
+    /// `ReadWriteAggregator.calculateMajority` for the majorities.
+    pub fn replicas_needed(&self, number_of_nodes: usize, majority_min_cap: usize) -> usize {
+        match *self {
+            ReadConsistency::Local => number_of_nodes.min(1),
+            ReadConsistency::Majority { .. } => {
+                calculate_majority(majority_min_cap, number_of_nodes, 0)
+            }
+            ReadConsistency::MajorityPlus { additional, .. } => {
+                calculate_majority(majority_min_cap, number_of_nodes, additional)
+            }
+            ReadConsistency::All { .. } => number_of_nodes,
+        }
+    }
+
+    /// How long the read waits for the other replicas (`None` for
+    /// `Local`).
+    pub fn timeout(&self) -> Option<Duration> {
+        match *self {
+            ReadConsistency::Local => None,
+            ReadConsistency::Majority { timeout }
+            | ReadConsistency::MajorityPlus { timeout, .. }
+            | ReadConsistency::All { timeout } => Some(timeout),
+        }
+    }
+}
+
+/// Pekko's `ReadWriteAggregator.calculateMajority`: a majority of
+/// `number_of_nodes` plus `additional`, at least `min_cap`, at most all.
+fn calculate_majority(min_cap: usize, number_of_nodes: usize, additional: usize) -> usize {
+    let majority = number_of_nodes / 2 + 1;
+    number_of_nodes.min(majority.saturating_add(additional).max(min_cap))
 }
 
 /// Why an update, delete or read did not complete.
@@ -857,7 +976,41 @@ impl ReplicatorActor {
     }
 }
 
-/// The distributed-data replicator of this node.
+/// The distributed-data replicator of this node: a handle (cheap to clone)
+/// on the replicator actor, `/system/ddata-replicator`. There is one per
+/// actor system, which any component finds with [`Replicator::find`] or
+/// [`Replicator::get_or_start`] (as Akka's `DistributedData` extension).
+///
+/// ```
+/// use std::time::Duration;
+/// use troupe_cluster::ddata::{GCounter, Key, ReadConsistency, Replicator, WriteConsistency};
+/// use troupe_cluster::{Cluster, ClusterSettings};
+/// use troupe_core::prelude::*;
+/// use troupe_core::remote::RemoteSettings;
+///
+/// # troupe_core::rt::block_on(async {
+/// let system = ActorSystem::builder("app")
+///     .remote(RemoteSettings::new("127.0.0.1:0").with_secret("s3cret"))
+///     .build()?;
+/// let cluster = Cluster::start(&system, ClusterSettings::default())?;
+/// // The system's replicator: started now, or the one already running.
+/// let replicator = Replicator::get_or_start(&system, &cluster)?;
+///
+/// let visits = Key::<GCounter>::new("visits");
+/// let me = cluster.self_node().clone();
+/// let timeout = Duration::from_secs(3);
+/// replicator
+///     .update(&visits, GCounter::new(), WriteConsistency::Majority { timeout }, move |mut c| {
+///         c.increment(&me, 1);
+///         c
+///     })
+///     .await?;
+/// let now = replicator.get(&visits, ReadConsistency::Majority { timeout }).await?;
+/// assert_eq!(now.map(|c| c.value()), Some(1));
+/// # system.shutdown().await;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Clone)]
 pub struct Replicator {
     actor: ActorRef<ReplicatorActor>,
@@ -865,6 +1018,15 @@ pub struct Replicator {
     self_node: UniqueAddress,
     min_cap: usize,
 }
+
+/// Two handles are equal when they reach the same replicator actor.
+impl PartialEq for Replicator {
+    fn eq(&self, other: &Self) -> bool {
+        self.actor == other.actor
+    }
+}
+
+impl Eq for Replicator {}
 
 impl fmt::Debug for Replicator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -874,18 +1036,125 @@ impl fmt::Debug for Replicator {
     }
 }
 
-fn needed(total_with_self: usize, consistency_all: bool, min_cap: usize) -> usize {
-    if consistency_all {
-        total_with_self
-    } else {
-        (total_with_self / 2 + 1).max(min_cap.min(total_with_self))
+/// The replicator of an actor system, kept as one of its extensions. The
+/// lock also makes starting one atomic: two components that start or look
+/// for the replicator at the same time get the same one.
+#[derive(Default)]
+struct SystemReplicator(Mutex<Option<Replicator>>);
+
+impl SystemReplicator {
+    fn lock(&self) -> MutexGuard<'_, Option<Replicator>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
+/// The system's replicator, unless it has stopped.
+fn running(slot: &Option<Replicator>) -> Option<&Replicator> {
+    slot.as_ref().filter(|r| !r.actor.is_terminated())
+}
+
 impl Replicator {
-    /// Starts the replicator on this node: opens the durable store (if any
-    /// durable keys are configured) and loads it.
+    /// Starts the replicator of this actor system with `settings`: opens
+    /// the durable store (if any durable keys are configured) and loads it.
+    /// Components that need the replicator later find this one with
+    /// [`Replicator::find`] or [`Replicator::get_or_start`].
+    ///
+    /// There is one replicator per actor system: if one is running already
+    /// (started by `start` or by `get_or_start`), this is an error; use
+    /// [`Replicator::get_or_start`] to share it. To choose the settings of
+    /// the system's replicator, call `start` before anything calls
+    /// `get_or_start`.
     pub fn start(
+        system: &ActorSystem,
+        cluster: &Cluster,
+        settings: ReplicatorSettings,
+    ) -> Result<Replicator, ClusterError> {
+        let holder = system.extension_or_init(SystemReplicator::default);
+        let mut slot = holder.lock();
+        if let Some(r) = running(&slot) {
+            return Err(ClusterError(format!(
+                "a replicator is already running on actor system `{}` ({}); there is one per \
+                 system: use Replicator::get_or_start (or Replicator::find) to share it",
+                system.name(),
+                r.self_node
+            )));
+        }
+        let replicator = Self::spawn(system, cluster, settings)?;
+        *slot = Some(replicator.clone());
+        Ok(replicator)
+    }
+
+    /// The replicator of this actor system: the one already running
+    /// (started by [`Replicator::start`] or an earlier `get_or_start`), or
+    /// a new one with [`ReplicatorSettings::default`]. Components that keep
+    /// state in distributed data (cluster sharding, for one) call this, so
+    /// they share the node's replicator and its settings.
+    ///
+    /// ```
+    /// use troupe_cluster::ddata::{Replicator, ReplicatorSettings};
+    /// use troupe_cluster::{Cluster, ClusterSettings};
+    /// use troupe_core::prelude::*;
+    /// use troupe_core::remote::RemoteSettings;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let system = ActorSystem::builder("app")
+    ///     .remote(RemoteSettings::new("127.0.0.1:0").with_secret("s3cret"))
+    ///     .build()?;
+    /// let cluster = Cluster::start(&system, ClusterSettings::default())?;
+    /// // The application chooses the settings first...
+    /// let settings = ReplicatorSettings { majority_min_cap: 3, ..ReplicatorSettings::default() };
+    /// let mine = Replicator::start(&system, &cluster, settings)?;
+    /// // ...and every other component gets the same replicator.
+    /// let shared = Replicator::get_or_start(&system, &cluster)?;
+    /// assert_eq!(mine, shared);
+    /// assert!(Replicator::start(&system, &cluster, ReplicatorSettings::default()).is_err());
+    /// # troupe_core::rt::block_on(system.shutdown());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn get_or_start(
+        system: &ActorSystem,
+        cluster: &Cluster,
+    ) -> Result<Replicator, ClusterError> {
+        let holder = system.extension_or_init(SystemReplicator::default);
+        let mut slot = holder.lock();
+        if let Some(r) = running(&slot) {
+            return Ok(r.clone());
+        }
+        let replicator = Self::spawn(system, cluster, ReplicatorSettings::default())?;
+        *slot = Some(replicator.clone());
+        Ok(replicator)
+    }
+
+    /// The replicator running on this actor system, if one was started (by
+    /// [`Replicator::start`] or [`Replicator::get_or_start`]). (Akka's
+    /// `DistributedData(system).replicator`; named `find` because `get`
+    /// reads a key.)
+    ///
+    /// ```no_run
+    /// # use troupe_cluster::ddata::Replicator;
+    /// # use troupe_core::prelude::*;
+    /// # fn run(system: &ActorSystem) {
+    /// match Replicator::find(system) {
+    ///     Some(replicator) => { /* use the node's replicator */ }
+    ///     None => { /* distributed data is not in use on this node */ }
+    /// }
+    /// # }
+    /// ```
+    pub fn find(system: &ActorSystem) -> Option<Replicator> {
+        let holder = system.extension::<SystemReplicator>()?;
+        let slot = holder.lock();
+        running(&slot).cloned()
+    }
+
+    /// This replicator's `majority_min_cap` (see [`ReplicatorSettings`]),
+    /// for [`WriteConsistency::replicas_needed`] and
+    /// [`ReadConsistency::replicas_needed`].
+    pub fn majority_min_cap(&self) -> usize {
+        self.min_cap
+    }
+
+    fn spawn(
         system: &ActorSystem,
         cluster: &Cluster,
         settings: ReplicatorSettings,
@@ -1036,15 +1305,16 @@ impl Replicator {
         plan: Plan,
         consistency: WriteConsistency,
     ) -> Result<(), DataError> {
-        let (all, timeout) = match consistency {
-            WriteConsistency::Local => return Ok(()),
-            WriteConsistency::Majority { timeout } => (false, timeout),
-            WriteConsistency::All { timeout } => (true, timeout),
+        let Some(timeout) = consistency.timeout() else {
+            return Ok(());
         };
         let Some(entry) = plan.entry else {
             return Ok(());
         };
-        let need = needed(plan.replicas.len() + 1, all, self.min_cap) - 1;
+        // The other replicas needed: this node has the write already.
+        let need = consistency
+            .replicas_needed(plan.replicas.len() + 1, self.min_cap)
+            .saturating_sub(1);
         if need == 0 {
             return Ok(());
         }
@@ -1101,13 +1371,11 @@ impl Replicator {
         if let Some(WireEntry::Deleted) = plan.entry {
             return Err(DataError::Deleted(key.name.clone()));
         }
-        let (all, timeout) = match consistency {
-            ReadConsistency::Local => (false, None),
-            ReadConsistency::Majority { timeout } => (false, Some(timeout)),
-            ReadConsistency::All { timeout } => (true, Some(timeout)),
-        };
-        if let Some(timeout) = timeout {
-            let need = needed(plan.replicas.len() + 1, all, self.min_cap) - 1;
+        if let Some(timeout) = consistency.timeout() {
+            // The other replicas needed: this node's replica is read anyway.
+            let need = consistency
+                .replicas_needed(plan.replicas.len() + 1, self.min_cap)
+                .saturating_sub(1);
             if need > 0 {
                 let (tx, rx) = async_channel::unbounded();
                 for r in &plan.replicas {
@@ -1339,6 +1607,113 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Pekko's `WriteAggregatorSpec` cases for `calculateMajority`.
+    #[test]
+    fn majority_counts_match_pekkos_calculate_majority() {
+        // "calculate majority with minCap"
+        let min_cap = 5;
+        for (n, expected) in [
+            (3, 3),
+            (4, 4),
+            (5, 5),
+            (6, 5),
+            (7, 5),
+            (8, 5),
+            (9, 5),
+            (10, 6),
+            (11, 6),
+            (12, 7),
+        ] {
+            assert_eq!(calculate_majority(min_cap, n, 0), expected, "N = {n}");
+        }
+        // "calculate majority with additional"
+        for (n, additional, expected) in [
+            (3, 1, 3),
+            (3, 2, 3),
+            (4, 1, 4),
+            (5, 1, 4),
+            (5, 2, 5),
+            (6, 1, 5),
+            (7, 1, 5),
+            (8, 1, 6),
+            (8, 2, 7),
+            (9, 1, 6),
+            (10, 1, 7),
+            (11, 1, 7),
+            (11, 3, 9),
+        ] {
+            assert_eq!(
+                calculate_majority(0, n, additional),
+                expected,
+                "N = {n}, additional = {additional}"
+            );
+        }
+        // "calculate majority with additional and minCap"
+        assert_eq!(calculate_majority(5, 9, 1), 6);
+        assert_eq!(calculate_majority(7, 9, 1), 7);
+        assert_eq!(calculate_majority(10, 9, 1), 9);
+        // Pekko's sharding uses Int.MaxValue for "all": no overflow here.
+        assert_eq!(calculate_majority(0, 7, usize::MAX), 7);
+    }
+
+    #[test]
+    fn each_consistency_needs_its_count_of_replicas() {
+        let t = Duration::from_secs(1);
+        let counts = |w: WriteConsistency, r: ReadConsistency, n: usize, cap: usize| {
+            let (w, r) = (w.replicas_needed(n, cap), r.replicas_needed(n, cap));
+            assert_eq!(w, r, "reads and writes count alike");
+            w
+        };
+        use ReadConsistency as R;
+        use WriteConsistency as W;
+        for n in 1..=12 {
+            assert_eq!(counts(W::Local, R::Local, n, 0), 1);
+            assert_eq!(
+                counts(W::All { timeout: t }, R::All { timeout: t }, n, 0),
+                n
+            );
+            assert_eq!(
+                counts(W::Majority { timeout: t }, R::Majority { timeout: t }, n, 0),
+                n / 2 + 1
+            );
+            let plus = |additional| {
+                counts(
+                    W::MajorityPlus {
+                        additional,
+                        timeout: t,
+                    },
+                    R::MajorityPlus {
+                        additional,
+                        timeout: t,
+                    },
+                    n,
+                    0,
+                )
+            };
+            assert_eq!(plus(0), n / 2 + 1, "plus 0 is a majority");
+            assert_eq!(plus(2), (n / 2 + 3).min(n));
+            assert_eq!(plus(usize::MAX), n, "plus usize::MAX is all");
+            // majority_min_cap applies to both majorities, capped at all.
+            assert_eq!(
+                counts(W::Majority { timeout: t }, R::Majority { timeout: t }, n, 4),
+                (n / 2 + 1).max(4).min(n)
+            );
+        }
+        // Pekko's sharding coordinator: write majority plus 3, read plus 5.
+        let w = W::MajorityPlus {
+            additional: 3,
+            timeout: t,
+        };
+        let r = R::MajorityPlus {
+            additional: 5,
+            timeout: t,
+        };
+        assert_eq!(w.replicas_needed(10, 0), 9);
+        assert_eq!(r.replicas_needed(10, 0), 10);
+        assert_eq!(w.timeout(), Some(t));
+        assert_eq!(R::Local.timeout(), None);
     }
 
     #[test]
