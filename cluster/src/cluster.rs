@@ -1,16 +1,22 @@
 //! The cluster extension of an actor system: start it, join, leave, down,
 //! read the state and subscribe to events.
 
-use crate::core::{self, ClusterCore, GetState, GetStats, GossipStats, Subscribe, UserAction};
+use crate::coordinated_shutdown::{CoordinatedShutdown, Phase};
+use crate::core::{
+    self, ClusterCore, Delivery, DeliveryFailure, EventSink, ExitingCompleted, GetState, GetStats,
+    GetSubscriptionCount, GossipStats, LeaveSelf, ShutdownCluster, Subscribe, SubscribeActor,
+    Unsubscribe, UserAction, WhenExiting,
+};
 use crate::events::{ClusterEvent, CurrentClusterState};
 use crate::member::UniqueAddress;
 use crate::settings::{ClusterSettings, DowningStrategy};
+use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 use troupe_core::prelude::*;
 use troupe_core::remote::Address;
+use troupe_core::rt;
 
 /// Why the cluster extension could not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +29,30 @@ impl fmt::Display for ClusterError {
 }
 
 impl std::error::Error for ClusterError {}
+
+/// Why an actor could not subscribe to cluster events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SubscribeError {
+    /// The cluster extension has stopped (this node was downed or removed,
+    /// or the cluster was shut down): no events will come.
+    ClusterStopped,
+    /// Only local actors can subscribe (events are not sent over the wire).
+    RemoteActor,
+}
+
+impl fmt::Display for SubscribeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SubscribeError::ClusterStopped => f.write_str("the cluster extension has stopped"),
+            SubscribeError::RemoteActor => {
+                f.write_str("only a local actor can subscribe to cluster events")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SubscribeError {}
 
 /// A node's membership in a cluster.
 ///
@@ -50,9 +80,10 @@ impl std::error::Error for ClusterError {}
 pub struct Cluster {
     core: ActorRef<ClusterCore>,
     self_node: UniqueAddress,
-    /// Local work that must finish before this node confirms Exiting.
-    exit_blockers: Arc<AtomicUsize>,
     down_removal_margin: Option<Duration>,
+    shutdown: CoordinatedShutdown,
+    /// This node's roles (fixed at start).
+    self_roles: Arc<BTreeSet<String>>,
 }
 
 impl fmt::Debug for Cluster {
@@ -89,32 +120,53 @@ impl Cluster {
         core::register(system)
             .map_err(|e| ClusterError(format!("cannot register the cluster protocol: {e}")))?;
         let down_removal_margin = settings.down_removal_margin;
-        let exit_blockers = Arc::new(AtomicUsize::new(0));
+        let self_roles = Arc::new(settings.roles.clone());
+        let shutdown = CoordinatedShutdown::new(system, settings.coordinated_shutdown.clone());
         let core = system
             .spawn_system_actor(ClusterCore::props(
                 settings,
                 self_node.clone(),
-                exit_blockers.clone(),
+                shutdown.clone(),
             ))
             .map_err(|e| ClusterError(format!("cannot start the cluster core: {e}")))?;
+        add_shutdown_tasks(&shutdown, &core);
         Ok(Cluster {
             core,
             self_node,
-            exit_blockers,
             down_removal_margin,
+            shutdown,
+            self_roles,
         })
     }
 
-    /// The count of local tasks that hold back this node's Exiting
-    /// confirmation (each singleton hosted here adds one).
-    pub(crate) fn exit_blockers(&self) -> &Arc<AtomicUsize> {
-        &self.exit_blockers
+    /// The cluster core actor.
+    pub(crate) fn core(&self) -> &ActorRef<ClusterCore> {
+        &self.core
+    }
+
+    /// This node's coordinated shutdown (one per cluster extension; clones
+    /// of this handle share it). Run it to leave the cluster gracefully
+    /// and stop the actor system; add tasks to it to take part.
+    pub fn coordinated_shutdown(&self) -> &CoordinatedShutdown {
+        &self.shutdown
+    }
+
+    /// True once the cluster extension has stopped on this node (it was
+    /// downed or removed, or the cluster shut down): it takes no further
+    /// part in the cluster.
+    pub fn is_terminated(&self) -> bool {
+        self.core.is_terminated()
     }
 
     /// How long after a downed member's removal its singletons may start
     /// elsewhere (`ClusterSettings::down_removal_margin`).
     pub(crate) fn down_removal_margin(&self) -> Option<Duration> {
         self.down_removal_margin
+    }
+
+    /// This node's roles.
+    pub fn self_roles(&self) -> &BTreeSet<String> {
+        &self.self_roles
     }
 
     /// This node.
@@ -163,6 +215,73 @@ impl Cluster {
             .await
     }
 
+    /// Subscribes `actor` to cluster events: it is sent the
+    /// [`CurrentClusterState`] first, then every [`ClusterEvent`], in
+    /// order, until it stops (the subscription then ends by itself) or
+    /// [`unsubscribe`](Self::unsubscribe)s. Subscribing again starts over
+    /// with a fresh snapshot. An event that finds the actor's bounded
+    /// mailbox full is lost (and logged).
+    ///
+    /// ```no_run
+    /// use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState};
+    /// use troupe_core::prelude::*;
+    ///
+    /// #[derive(Default)]
+    /// struct Listener { members: usize }
+    /// impl Actor for Listener {}
+    ///
+    /// #[handlers]
+    /// impl Listener {
+    ///     async fn snapshot(&mut self, s: CurrentClusterState, _ctx: &mut Context<Self>) {
+    ///         self.members = s.members.len();
+    ///     }
+    ///     async fn event(&mut self, e: ClusterEvent, _ctx: &mut Context<Self>) {
+    ///         tracing::info!("{e:?}");
+    ///     }
+    /// }
+    ///
+    /// # fn demo(system: &ActorSystem, cluster: &Cluster) {
+    /// let listener = system.spawn(Listener::default());
+    /// cluster.subscribe_actor(&listener).unwrap();
+    /// # }
+    /// ```
+    pub fn subscribe_actor<A>(&self, actor: &ActorRef<A>) -> Result<(), SubscribeError>
+    where
+        A: Handler<CurrentClusterState> + Handler<ClusterEvent>,
+    {
+        if actor.is_remote() {
+            return Err(SubscribeError::RemoteActor);
+        }
+        let target = actor.clone();
+        let sink: EventSink = Box::new(move |d| match d {
+            Delivery::Snapshot(s) => target.tell(*s).map_err(DeliveryFailure::of),
+            Delivery::Event(e) => target.tell(e).map_err(DeliveryFailure::of),
+        });
+        self.core
+            .tell(SubscribeActor {
+                actor: actor.to_any(),
+                sink,
+            })
+            .map_err(|_| SubscribeError::ClusterStopped)
+    }
+
+    /// Ends `actor`'s subscription (see
+    /// [`subscribe_actor`](Self::subscribe_actor)); events already on their
+    /// way still arrive.
+    pub fn unsubscribe<A: Actor>(&self, actor: &ActorRef<A>) {
+        let _ = self.core.tell(Unsubscribe(actor.to_any()));
+    }
+
+    /// How many event subscriptions this node's cluster core holds (actors
+    /// and channels), for diagnostics. An actor's subscription ends when it
+    /// stops; a channel's once its receiver is dropped and the next event
+    /// finds it gone.
+    pub async fn subscription_count(&self) -> Result<usize, troupe_core::AskError> {
+        self.core
+            .ask_timeout(GetSubscriptionCount, Duration::from_secs(10))
+            .await
+    }
+
     /// Subscribes to cluster events: the current state, then every change.
     pub async fn subscribe(
         &self,
@@ -174,5 +293,64 @@ impl Cluster {
             .ask_timeout(Subscribe(tx), Duration::from_secs(10))
             .await?;
         Ok((snapshot, rx))
+    }
+}
+
+/// The cluster's own tasks of the coordinated shutdown, as Akka's: leave,
+/// wait until Exiting, confirm the exit, stop the cluster core.
+fn add_shutdown_tasks(shutdown: &CoordinatedShutdown, core: &ActorRef<ClusterCore>) {
+    let c = core.clone();
+    let leave = move || async move {
+        let (done, wait) = oneshot::channel();
+        // Done once this node is Leaving (or further along, or no member);
+        // also when the core has stopped (the sender is then dropped).
+        if c.tell(LeaveSelf(done)).is_ok() {
+            let _ = wait.await;
+        }
+    };
+    let c = core.clone();
+    let wait_exiting = move || async move {
+        let (done, wait) = oneshot::channel();
+        if c.tell(WhenExiting(done)).is_ok() {
+            let _ = wait.await;
+        }
+    };
+    let c = core.clone();
+    let timeout = shutdown.timeout(Phase::ClusterExitingDone);
+    let exiting_completed = move || async move {
+        if !c.is_terminated() {
+            let _ = c.ask_timeout(ExitingCompleted, timeout).await;
+        }
+    };
+    let c = core.clone();
+    let timeout = shutdown.timeout(Phase::ClusterShutdown);
+    let stop_core = move || async move {
+        // An Exiting core waits to learn of its removal; else it stops now.
+        let _ = c.tell(ShutdownCluster);
+        if rt::timeout(timeout * 3 / 4, c.wait_for_termination())
+            .await
+            .is_none()
+        {
+            tracing::info!(
+                "the leader did not report this node removed in time; the cluster extension stops"
+            );
+            c.stop();
+            c.wait_for_termination().await;
+        }
+    };
+    let added = [
+        shutdown.add_task(Phase::ClusterLeave, "leave", leave),
+        shutdown.add_task(Phase::ClusterExiting, "wait-exiting", wait_exiting),
+        shutdown.add_task(
+            Phase::ClusterExitingDone,
+            "exiting-completed",
+            exiting_completed,
+        ),
+        shutdown.add_task(Phase::ClusterShutdown, "wait-shutdown", stop_core),
+    ];
+    for r in added {
+        if let Err(e) = r {
+            tracing::warn!("{e}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! the failure detector, applies the downing strategy and publishes
 //! events. It follows Akka's `ClusterCoreDaemon`.
 
+use crate::coordinated_shutdown::{CoordinatedShutdown, Reason};
 use crate::downing::{Decision, DowningView};
 use crate::events::{diff, ClusterEvent, CurrentClusterState};
 use crate::gossip::Gossip;
@@ -16,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use troupe_core::prelude::*;
 use troupe_core::remote::{Address, PhiAccrualFailureDetector};
-use troupe_core::{Message, Props};
+use troupe_core::{AnyActorRef, Message, Props, TellError};
 
 /// Name of the core actor under `/system`.
 pub(crate) const CORE_NAME: &str = "cluster-core";
@@ -56,6 +57,85 @@ pub(crate) struct GetState;
 #[message(reply = CurrentClusterState)]
 pub(crate) struct Subscribe(pub(crate) async_channel::Sender<ClusterEvent>);
 
+/// What the core hands an actor subscriber.
+pub(crate) enum Delivery {
+    Snapshot(Box<CurrentClusterState>),
+    Event(ClusterEvent),
+}
+
+/// Why a delivery to an actor subscriber failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeliveryFailure {
+    /// The subscriber has stopped: the subscription ends.
+    Stopped,
+    /// Its bounded mailbox is full: this delivery is lost.
+    Full,
+}
+
+impl DeliveryFailure {
+    pub(crate) fn of<M>(e: TellError<M>) -> Self {
+        match e {
+            TellError::MailboxFull(_) => DeliveryFailure::Full,
+            _ => DeliveryFailure::Stopped,
+        }
+    }
+}
+
+/// Sends to one actor subscriber (typed where the subscription was made).
+pub(crate) type EventSink = Box<dyn Fn(Delivery) -> Result<(), DeliveryFailure> + Send>;
+
+/// A new actor subscriber: it is sent the snapshot, then every event,
+/// until it stops or unsubscribes.
+#[derive(Message)]
+pub(crate) struct SubscribeActor {
+    pub(crate) actor: AnyActorRef,
+    pub(crate) sink: EventSink,
+}
+
+/// How many subscriptions the core holds.
+#[derive(Debug, Clone, Copy, Message)]
+#[message(reply = usize)]
+pub(crate) struct GetSubscriptionCount;
+
+/// Ends an actor's subscription.
+#[derive(Debug, Message)]
+pub(crate) struct Unsubscribe(pub(crate) AnyActorRef);
+
+/// How far this node's own exit must have got for a waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SelfExit {
+    /// Leaving, Exiting, Down, or not a member.
+    Leaving,
+    /// Exiting, Down, or not a member.
+    Exiting,
+}
+
+/// Coordinated shutdown, `cluster-leave`: this node leaves; `done` is
+/// dropped (or sent) once it is Leaving or further along.
+#[derive(Debug, Message)]
+pub(crate) struct LeaveSelf(pub(crate) oneshot::Sender<()>);
+
+/// Coordinated shutdown, `cluster-exiting`: `done` is dropped (or sent)
+/// once this node is Exiting or further along.
+#[derive(Debug, Message)]
+pub(crate) struct WhenExiting(pub(crate) oneshot::Sender<()>);
+
+/// Coordinated shutdown, `cluster-exiting-done`: the local exiting work is
+/// done (singletons handed over); an Exiting node may now confirm.
+#[derive(Debug, Clone, Copy, Message)]
+pub(crate) struct ExitingCompleted;
+
+/// Coordinated shutdown, `cluster-shutdown`: stop, unless this node is
+/// Exiting and waits to learn of its removal.
+#[derive(Debug, Clone, Copy, Message)]
+pub(crate) struct ShutdownCluster;
+
+/// An actor that subscribed to events.
+struct ActorSubscriber {
+    actor: AnyActorRef,
+    sink: EventSink,
+}
+
 /// Where joining stands.
 enum Joining {
     /// Not asked to join.
@@ -80,6 +160,9 @@ pub(crate) struct ClusterCore {
     state: MembershipState,
     exiting_confirmed: BTreeSet<UniqueAddress>,
     subscribers: Vec<async_channel::Sender<ClusterEvent>>,
+    actor_subscribers: Vec<ActorSubscriber>,
+    /// Coordinated shutdown tasks waiting for this node's exit.
+    exit_waiters: Vec<(SelfExit, oneshot::Sender<()>)>,
     joining: Joining,
     ring: HeartbeatRing,
     detectors: BTreeMap<UniqueAddress, PhiAccrualFailureDetector>,
@@ -97,9 +180,13 @@ pub(crate) struct ClusterCore {
     stats: GossipStats,
     /// A local change not yet pushed to anyone.
     unpushed_change: bool,
-    /// Local work that must finish before this node confirms Exiting
-    /// (singletons it hosts).
-    exit_blockers: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The coordinated shutdown of this cluster extension.
+    shutdown: CoordinatedShutdown,
+    /// This node saw itself Exiting and started the coordinated shutdown.
+    exit_started: bool,
+    /// The coordinated shutdown's `cluster-exiting` phase is over (its
+    /// singletons handed over): an Exiting node may confirm.
+    exiting_completed: bool,
 }
 
 /// Gossip sent by this node so far.
@@ -148,7 +235,7 @@ impl ClusterCore {
     pub(crate) fn props(
         settings: ClusterSettings,
         self_node: UniqueAddress,
-        exit_blockers: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        shutdown: CoordinatedShutdown,
     ) -> Props<ClusterCore> {
         let thresholds = UpThresholds {
             min_nr_of_members: settings.min_nr_of_members,
@@ -160,6 +247,8 @@ impl ClusterCore {
             self_node,
             exiting_confirmed: BTreeSet::new(),
             subscribers: Vec::new(),
+            actor_subscribers: Vec::new(),
+            exit_waiters: Vec::new(),
             joining: Joining::Idle,
             ring: HeartbeatRing::default(),
             detectors: BTreeMap::new(),
@@ -171,7 +260,9 @@ impl ClusterCore {
             reachability_changes: None,
             stats: GossipStats::default(),
             unpushed_change: false,
-            exit_blockers,
+            shutdown,
+            exit_started: false,
+            exiting_completed: false,
             settings,
         };
         Props::new(core).with_name(CORE_NAME)
@@ -244,6 +335,7 @@ impl ClusterCore {
                      (shutdown-after-unsuccessful-join-seed-nodes)"
                 );
                 self.joining = Joining::Idle;
+                self.shutdown.start(Reason::ClusterJoinUnsuccessful);
                 ctx.stop();
                 return;
             }
@@ -295,6 +387,66 @@ impl ClusterCore {
         // subscriber has gone away.
         self.subscribers
             .retain(|s| events.iter().all(|e| s.try_send(e.clone()).is_ok()));
+        if !events.is_empty() {
+            self.actor_subscribers.retain(|s| {
+                events
+                    .iter()
+                    .all(|e| match (s.sink)(Delivery::Event(e.clone())) {
+                        Ok(()) => true,
+                        Err(DeliveryFailure::Full) => {
+                            tracing::warn!(
+                                "cluster event subscriber {} has a full mailbox: it misses {e:?}",
+                                s.actor
+                            );
+                            true
+                        }
+                        Err(DeliveryFailure::Stopped) => false,
+                    })
+            });
+        }
+        self.wake_exit_waiters();
+    }
+
+    /// True once this node's exit has got as far as `step`.
+    fn exit_reached(&self, step: SelfExit) -> bool {
+        match self.self_member().map(|m| m.status) {
+            None => true,
+            Some(s) => match step {
+                SelfExit::Leaving => matches!(
+                    s,
+                    MemberStatus::Leaving
+                        | MemberStatus::Exiting
+                        | MemberStatus::Down
+                        | MemberStatus::Removed
+                ),
+                SelfExit::Exiting => matches!(
+                    s,
+                    MemberStatus::Exiting | MemberStatus::Down | MemberStatus::Removed
+                ),
+            },
+        }
+    }
+
+    fn wake_exit_waiters(&mut self) {
+        if self.exit_waiters.is_empty() {
+            return;
+        }
+        let waiters = std::mem::take(&mut self.exit_waiters);
+        for (step, done) in waiters {
+            if self.exit_reached(step) {
+                let _ = done.send(());
+            } else {
+                self.exit_waiters.push((step, done));
+            }
+        }
+    }
+
+    /// This node is out of the cluster (downed or removed by the others):
+    /// runs the coordinated shutdown, if so configured.
+    fn run_shutdown_when_down(&self) {
+        if self.settings.run_coordinated_shutdown_when_down {
+            self.shutdown.start(Reason::ClusterDowning);
+        }
     }
 
     /// A local change: new version, seen only by this node.
@@ -602,15 +754,16 @@ impl ClusterCore {
     /// leader; a Down or removed one stops taking part.
     fn check_self_status(&mut self, ctx: &mut Context<Self>) {
         match self.self_member().map(|m| m.status) {
-            Some(MemberStatus::Exiting)
-                if self
-                    .exit_blockers
-                    .load(std::sync::atomic::Ordering::Acquire)
-                    > 0 =>
-            {
-                // Local work must finish first (a singleton still hosted here).
-                tracing::debug!("exiting: waiting for local singletons to hand over");
+            // As Akka: the coordinated shutdown hands the singletons over
+            // (cluster-exiting), then tells this core to confirm
+            // (cluster-exiting-done).
+            Some(MemberStatus::Exiting) if !self.exiting_completed && !self.exit_started => {
+                self.exit_started = true;
+                if self.shutdown.start(Reason::ClusterLeaving) {
+                    tracing::info!("exiting: started the coordinated shutdown");
+                }
             }
+            Some(MemberStatus::Exiting) if !self.exiting_completed => {}
             Some(MemberStatus::Exiting) => {
                 if let Some(leader) = self.state.leader().filter(|l| *l != self.self_node) {
                     if let Some(peer) = self.peer(ctx, &leader.address) {
@@ -643,11 +796,14 @@ impl ClusterCore {
                     self.gossip_to(ctx, n);
                 }
                 self.joining = Joining::Idle;
+                self.run_shutdown_when_down();
                 ctx.stop();
             }
             None if matches!(self.joining, Joining::Joined) => {
                 tracing::info!("this node {} was removed from the cluster", self.self_node);
                 self.joining = Joining::Idle;
+                // After a graceful exit the shutdown already runs.
+                self.run_shutdown_when_down();
                 ctx.stop();
             }
             _ => {}
@@ -947,6 +1103,89 @@ impl ClusterCore {
     async fn subscribe(&mut self, s: Subscribe, _ctx: &mut Context<Self>) -> CurrentClusterState {
         self.subscribers.push(s.0);
         CurrentClusterState::of(&self.state)
+    }
+
+    async fn subscribe_actor(&mut self, s: SubscribeActor, ctx: &mut Context<Self>) {
+        // Subscribing again starts over with a fresh snapshot.
+        self.actor_subscribers.retain(|a| a.actor != s.actor);
+        let snapshot = Box::new(CurrentClusterState::of(&self.state));
+        match (s.sink)(Delivery::Snapshot(snapshot)) {
+            Err(DeliveryFailure::Stopped) => return,
+            Err(DeliveryFailure::Full) => tracing::warn!(
+                "cluster event subscriber {} has a full mailbox: it misses the current state",
+                s.actor
+            ),
+            Ok(()) => {}
+        }
+        ctx.watch_any(&s.actor);
+        self.actor_subscribers.push(ActorSubscriber {
+            actor: s.actor,
+            sink: s.sink,
+        });
+    }
+
+    async fn subscription_count(
+        &mut self,
+        _q: GetSubscriptionCount,
+        _ctx: &mut Context<Self>,
+    ) -> usize {
+        self.subscribers.len() + self.actor_subscribers.len()
+    }
+
+    async fn unsubscribe(&mut self, u: Unsubscribe, ctx: &mut Context<Self>) {
+        let before = self.actor_subscribers.len();
+        self.actor_subscribers.retain(|a| a.actor != u.0);
+        if self.actor_subscribers.len() != before {
+            ctx.unwatch(&u.0);
+        }
+    }
+
+    async fn terminated(&mut self, t: Terminated, _ctx: &mut Context<Self>) {
+        // A subscriber stopped: its subscription ends.
+        self.actor_subscribers.retain(|a| a.actor != t.actor);
+    }
+
+    async fn leave_self(&mut self, l: LeaveSelf, ctx: &mut Context<Self>) {
+        if self.is_member() && !self.exit_reached(SelfExit::Leaving) {
+            tracing::info!(
+                "coordinated shutdown: {} leaves the cluster",
+                self.self_node
+            );
+            let me = self.self_node.address.clone();
+            self.mark(&me, MemberStatus::Leaving);
+            self.push_change(ctx);
+        }
+        self.exit_waiters.push((SelfExit::Leaving, l.0));
+        self.wake_exit_waiters();
+    }
+
+    async fn when_exiting(&mut self, w: WhenExiting, _ctx: &mut Context<Self>) {
+        self.exit_waiters.push((SelfExit::Exiting, w.0));
+        self.wake_exit_waiters();
+    }
+
+    async fn exiting_done(&mut self, _m: ExitingCompleted, ctx: &mut Context<Self>) {
+        self.exiting_completed = true;
+        self.check_self_status(ctx);
+    }
+
+    async fn shutdown_cluster(&mut self, _m: ShutdownCluster, ctx: &mut Context<Self>) {
+        match self.self_member().map(|m| m.status) {
+            // It confirmed its exit: the leader removes it soon and tells it.
+            Some(MemberStatus::Exiting) => {}
+            Some(status) => {
+                tracing::warn!(
+                    "the cluster extension stops while this node is still {status}; the others \
+                     will find it unreachable"
+                );
+                self.joining = Joining::Idle;
+                ctx.stop();
+            }
+            None => {
+                self.joining = Joining::Idle;
+                ctx.stop();
+            }
+        }
     }
 
     async fn seed_acked(&mut self, a: SeedAcked, ctx: &mut Context<Self>) {

@@ -6,7 +6,7 @@
 //! partition, or a node that is cut off from some members but not from
 //! others (indirectly connected), never leaves two clusters running.
 
-use crate::member::{Member, MemberStatus, UniqueAddress};
+use crate::member::{self, Member, MemberStatus, OldestAmong, UniqueAddress};
 use crate::membership::MembershipState;
 use crate::reachability::{Reachability, ReachabilityStatus};
 use crate::settings::DowningStrategy;
@@ -271,15 +271,14 @@ impl DowningView {
     /// goes (in a two-member cluster the oldest stays).
     fn oldest(&self, how: Counting, down_if_alone: bool, role: Option<&str>) -> Decision {
         let (_, kept, lost) = self.sides(how, role);
-        // The oldest is never a Joining member, however they are counted.
-        let candidates = Counting {
-            possibly_up: false,
-            ..how
+        // The oldest is never a Joining member, however they are counted;
+        // Leaving ones count unless they may be Exiting on the other side.
+        let among = if how.not_possibly_exiting {
+            OldestAmong::Up
+        } else {
+            OldestAmong::UpOrLeaving
         };
-        let Some(oldest) =
-            self.counted(candidates, role)
-                .reduce(|a, b| if b.is_older_than(a) { b } else { a })
-        else {
+        let Some(oldest) = member::oldest(&self.members, role, among) else {
             return Decision::DownAll;
         };
         if !self.unreachable.contains(&oldest.node) {

@@ -6,9 +6,13 @@ use crate::member::{Member, MemberStatus, UniqueAddress};
 use crate::membership::MembershipState;
 use crate::reachability::ReachabilityStatus;
 use std::collections::{BTreeMap, BTreeSet};
+use troupe_core::Message;
 
-/// A change of the cluster's membership, seen from one node.
-#[derive(Debug, Clone, PartialEq)]
+/// A change of the cluster's membership, seen from one node. A message,
+/// so that an actor can subscribe to them
+/// ([`Cluster::subscribe_actor`](crate::Cluster::subscribe_actor)).
+#[derive(Debug, Clone, PartialEq, Message)]
+#[message(name = "troupe.cluster.ClusterEvent")]
 pub enum ClusterEvent {
     /// A node asked to join.
     MemberJoined(Member),
@@ -34,8 +38,10 @@ pub enum ClusterEvent {
     RoleLeaderChanged(String, Option<UniqueAddress>),
 }
 
-/// The snapshot a new subscriber starts with.
-#[derive(Debug, Clone, PartialEq)]
+/// The snapshot a new subscriber starts with (also a message: an actor
+/// subscriber gets it first).
+#[derive(Debug, Clone, PartialEq, Message)]
+#[message(name = "troupe.cluster.CurrentClusterState")]
 pub struct CurrentClusterState {
     /// Members, ordered by address.
     pub members: Vec<Member>,
@@ -50,9 +56,11 @@ pub struct CurrentClusterState {
     /// Each member in `unreachable`, with the observers that report it
     /// unreachable (or terminated), in address order.
     pub unreachable_observed_by: Vec<(UniqueAddress, Vec<UniqueAddress>)>,
-    /// The oldest Up (or Leaving) member, if any.
+    /// The oldest Up or Leaving member, if any (see
+    /// [`member::oldest`](crate::member::oldest) and
+    /// [`OldestAmong::UpOrLeaving`](crate::member::OldestAmong::UpOrLeaving)).
     pub oldest: Option<UniqueAddress>,
-    /// For each role, the oldest Up (or Leaving) member with that role.
+    /// For each role, the oldest Up or Leaving member with that role.
     pub oldest_per_role: Vec<(String, Option<UniqueAddress>)>,
 }
 

@@ -10,9 +10,12 @@
 //! leader, leader actions), the [`ClusterEvent`]s between two states, and
 //! [`ClusterSettings`] with Akka's defaults. [`management`] serves the
 //! routes of Akka Management's cluster HTTP management (hyper 1 over the
-//! runtime's sockets).
+//! runtime's sockets). [`coordinated_shutdown`] is Akka's ordered shutdown
+//! sequence (leave, hand singletons over, stop), which every part of a node
+//! can take part in.
 
 mod cluster;
+pub mod coordinated_shutdown;
 mod core;
 pub mod ddata;
 pub mod downing;
@@ -28,12 +31,15 @@ pub mod settings;
 pub mod singleton;
 pub mod vclock;
 
-pub use cluster::{Cluster, ClusterError};
+pub use cluster::{Cluster, ClusterError, SubscribeError};
+pub use coordinated_shutdown::{
+    CoordinatedShutdown, CoordinatedShutdownError, CoordinatedShutdownSettings,
+};
 pub use core::GossipStats;
 pub use events::{ClusterEvent, CurrentClusterState};
 pub use gossip::Gossip;
 pub use management::{ManagementError, ManagementServer, ManagementSettings};
-pub use member::{Member, MemberStatus, UniqueAddress};
+pub use member::{Member, MemberStatus, OldestAmong, UniqueAddress};
 pub use membership::{LeaderActions, MembershipState, UpThresholds};
 pub use reachability::{Reachability, ReachabilityStatus};
 pub use settings::{ClusterSettings, DowningSettings, DowningStrategy, SettingsError};

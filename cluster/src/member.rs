@@ -225,6 +225,78 @@ impl Member {
     }
 }
 
+/// Which members may count as "the oldest", for [`oldest`]. Age is the
+/// order of becoming Up ([`Member::is_older_than`]); members that were
+/// never Up (Joining, WeaklyUp) are never the oldest, nor are Down or
+/// Removed ones. Akka's components differ only in whether Leaving and
+/// Exiting members still count, hence the variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OldestAmong {
+    /// Up and Leaving members. A Leaving member keeps its singletons until
+    /// it is Exiting, so it stays the oldest until then. Akka's
+    /// `ClusterSingletonManager` and `ClusterSingletonProxy`, and the split
+    /// brain resolver's keep-oldest (its `members`) use this;
+    /// [`CurrentClusterState::oldest`](crate::CurrentClusterState::oldest)
+    /// too.
+    UpOrLeaving,
+    /// Up members only: keep-oldest's second look at a partition, where a
+    /// Leaving member may already be Exiting on the other side (Akka's
+    /// `excludingPossiblyExiting`).
+    Up,
+    /// Up, Leaving and Exiting members: where a singleton may still run
+    /// while its host exits (Akka's `ShardRegion` looks for the shard
+    /// coordinator among these).
+    UpLeavingOrExiting,
+}
+
+impl OldestAmong {
+    /// True if a member with `status` may be the oldest.
+    pub fn includes(self, status: MemberStatus) -> bool {
+        match self {
+            OldestAmong::Up => status == MemberStatus::Up,
+            OldestAmong::UpOrLeaving => {
+                matches!(status, MemberStatus::Up | MemberStatus::Leaving)
+            }
+            OldestAmong::UpLeavingOrExiting => matches!(
+                status,
+                MemberStatus::Up | MemberStatus::Leaving | MemberStatus::Exiting
+            ),
+        }
+    }
+}
+
+/// The oldest of `members` (optionally only those with `role`) among the
+/// statuses `among` admits: the one definition of "the oldest member"
+/// that the singleton manager and proxy, the split brain resolver's
+/// keep-oldest, [`CurrentClusterState`](crate::CurrentClusterState) and
+/// sharding use.
+///
+/// ```
+/// use std::collections::BTreeSet;
+/// use troupe_cluster::member::{oldest, OldestAmong};
+/// use troupe_cluster::{Member, MemberStatus, UniqueAddress};
+/// use troupe_core::remote::Address;
+///
+/// let node = |p: u16| UniqueAddress::new(Address::new("s", "127.0.0.1", p), p.into());
+/// let first = Member::joining(node(1), BTreeSet::new()).up(1).with_status(MemberStatus::Leaving);
+/// let second = Member::joining(node(2), BTreeSet::new()).up(2);
+/// let members = [first.clone(), second.clone()];
+/// assert_eq!(oldest(&members, None, OldestAmong::UpOrLeaving), Some(&first));
+/// assert_eq!(oldest(&members, None, OldestAmong::Up), Some(&second));
+/// assert_eq!(oldest(&members, Some("backend"), OldestAmong::Up), None);
+/// ```
+pub fn oldest<'a>(
+    members: impl IntoIterator<Item = &'a Member>,
+    role: Option<&str>,
+    among: OldestAmong,
+) -> Option<&'a Member> {
+    members
+        .into_iter()
+        .filter(|m| among.includes(m.status))
+        .filter(|m| role.is_none_or(|r| m.has_role(r)))
+        .reduce(|a, b| if b.is_older_than(a) { b } else { a })
+}
+
 /// Members are ordered (and unique) by node.
 impl Ord for Member {
     fn cmp(&self, other: &Self) -> Ordering {
@@ -286,6 +358,30 @@ mod tests {
         assert!(b.is_older_than(&a));
         let c = Member::joining(node("c", 1, 1), BTreeSet::new()).up(2);
         assert!(a.is_older_than(&c));
+    }
+
+    #[test]
+    fn the_oldest_depends_on_the_statuses_that_count() {
+        let m = |p: u16, up: i32, status: MemberStatus, role: &str| Member {
+            status,
+            ..Member::joining(node("a", p, 1), [role.to_string()].into_iter().collect()).up(up)
+        };
+        let members = [
+            m(1, 1, MemberStatus::Exiting, "x"),
+            m(2, 2, MemberStatus::Leaving, "x"),
+            m(3, 3, MemberStatus::Up, "y"),
+            m(4, 4, MemberStatus::Up, "x"),
+            m(5, 0, MemberStatus::Down, "x"),
+            Member::joining(node("a", 6, 1), BTreeSet::new()),
+        ];
+        let port = |among, role| oldest(&members, role, among).map(|m| m.node.address.port());
+        assert_eq!(port(OldestAmong::UpLeavingOrExiting, None), Some(1));
+        assert_eq!(port(OldestAmong::UpOrLeaving, None), Some(2));
+        assert_eq!(port(OldestAmong::Up, None), Some(3));
+        assert_eq!(port(OldestAmong::Up, Some("x")), Some(4));
+        assert_eq!(port(OldestAmong::UpOrLeaving, Some("z")), None);
+        // Joining members are never the oldest.
+        assert_eq!(oldest(&members[5..], None, OldestAmong::UpOrLeaving), None);
     }
 
     #[test]

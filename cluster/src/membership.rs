@@ -4,7 +4,7 @@
 //! members), following Akka's `MembershipState` and cluster daemon.
 
 use crate::gossip::Gossip;
-use crate::member::{Member, MemberStatus, UniqueAddress};
+use crate::member::{Member, MemberStatus, OldestAmong, UniqueAddress};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Statuses whose members must have seen a version for convergence.
@@ -157,14 +157,11 @@ impl MembershipState {
         self.leader().as_ref() == Some(&self.self_node)
     }
 
-    /// The oldest Up (or Leaving) member, optionally with `role`.
+    /// The oldest Up or Leaving member, optionally with `role`
+    /// ([`member::oldest`](crate::member::oldest) with
+    /// [`OldestAmong::UpOrLeaving`]).
     pub fn oldest(&self, role: Option<&str>) -> Option<&Member> {
-        self.gossip
-            .members
-            .iter()
-            .filter(|m| matches!(m.status, MemberStatus::Up | MemberStatus::Leaving))
-            .filter(|m| role.is_none_or(|r| m.has_role(r)))
-            .reduce(|a, b| if b.is_older_than(a) { b } else { a })
+        crate::member::oldest(&self.gossip.members, role, OldestAmong::UpOrLeaving)
     }
 
     /// True if enough members have joined to move them up.

@@ -2,6 +2,7 @@
 //! TOML file and overridable by `TROUPE_*` environment variables. A bad
 //! value is a clear error at start, naming the setting.
 
+use crate::coordinated_shutdown::{CoordinatedShutdownSettings, Phase};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -121,6 +122,13 @@ pub struct ClusterSettings {
     pub failure_detector: PhiAccrualSettings,
     /// Downing.
     pub downing: DowningSettings,
+    /// Run the coordinated shutdown when this node is downed or removed by
+    /// the others (Akka's `run-coordinated-shutdown-when-down`). Default
+    /// true.
+    pub run_coordinated_shutdown_when_down: bool,
+    /// The coordinated shutdown's phase timeouts and whether it stops the
+    /// actor system (`[coordinated-shutdown]` in the file).
+    pub coordinated_shutdown: CoordinatedShutdownSettings,
 }
 
 impl Default for ClusterSettings {
@@ -151,6 +159,8 @@ impl Default for ClusterSettings {
                 stable_after,
                 down_all_when_unstable: Some(DowningSettings::unstable_default(stable_after)),
             },
+            run_coordinated_shutdown_when_down: true,
+            coordinated_shutdown: CoordinatedShutdownSettings::default(),
         }
     }
 }
@@ -191,6 +201,22 @@ struct SettingsFile {
     monitored_by_nr_of_members: Option<usize>,
     failure_detector: Option<FailureDetectorFile>,
     downing: Option<DowningFile>,
+    run_coordinated_shutdown_when_down: Option<bool>,
+    coordinated_shutdown: Option<CoordinatedShutdownFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct CoordinatedShutdownFile {
+    default_phase_timeout: Option<String>,
+    terminate_actor_system: Option<bool>,
+    phases: Option<BTreeMap<String, PhaseFile>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PhaseFile {
+    timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -348,6 +374,28 @@ impl ClusterSettings {
                     duration("failure-detector.acceptable-heartbeat-pause", &v)?;
             }
         }
+        if let Some(v) = f.run_coordinated_shutdown_when_down {
+            self.run_coordinated_shutdown_when_down = v;
+        }
+        if let Some(cs) = f.coordinated_shutdown {
+            let c = &mut self.coordinated_shutdown;
+            if let Some(v) = cs.default_phase_timeout {
+                c.default_phase_timeout =
+                    duration("coordinated-shutdown.default-phase-timeout", &v)?;
+            }
+            if let Some(v) = cs.terminate_actor_system {
+                c.terminate_actor_system = v;
+            }
+            for (name, phase) in cs.phases.unwrap_or_default() {
+                let p: Phase = name
+                    .parse()
+                    .map_err(|e| SettingsError(format!("coordinated-shutdown.phases: {e}")))?;
+                if let Some(v) = phase.timeout {
+                    let key = format!("coordinated-shutdown.phases.{name}.timeout");
+                    c.phase_timeouts.insert(p, duration(&key, &v)?);
+                }
+            }
+        }
         if let Some(d) = f.downing {
             if let Some(v) = d.stable_after {
                 self.downing.stable_after = duration("downing.stable-after", &v)?;
@@ -443,6 +491,18 @@ impl ClusterSettings {
                 "MONITORED_BY_NR_OF_MEMBERS" => {
                     file.monitored_by_nr_of_members = Some(num("monitored-by-nr-of-members")?)
                 }
+                "RUN_COORDINATED_SHUTDOWN_WHEN_DOWN" => {
+                    file.run_coordinated_shutdown_when_down =
+                        Some(match v.trim().to_ascii_lowercase().as_str() {
+                            "true" | "on" | "yes" | "1" => true,
+                            "false" | "off" | "no" | "0" => false,
+                            _ => {
+                                return Err(SettingsError(format!(
+                            "{k}: `{v}` is not on or off (for run-coordinated-shutdown-when-down)"
+                        )))
+                            }
+                        })
+                }
                 "DOWNING_STRATEGY" => {
                     downing.strategy = Some(v);
                     any_downing = true;
@@ -507,6 +567,9 @@ impl ClusterSettings {
         if let DowningStrategy::StaticQuorum { quorum_size: 0, .. } = self.downing.strategy {
             return bad("downing.quorum-size must be at least 1".into());
         }
+        self.coordinated_shutdown
+            .validate()
+            .map_err(SettingsError)?;
         self.failure_detector
             .validate()
             .map_err(|e| SettingsError(format!("failure-detector: {e}")))
@@ -537,7 +600,53 @@ mod tests {
             Some(Duration::from_secs(15))
         );
         assert_eq!(s.down_removal_margin, None);
+        assert!(s.run_coordinated_shutdown_when_down);
+        assert_eq!(
+            s.coordinated_shutdown.timeout(Phase::ClusterExiting),
+            Duration::from_secs(10)
+        );
         s.validate().unwrap();
+    }
+
+    #[test]
+    fn coordinated_shutdown_settings_from_toml() {
+        let s = ClusterSettings::from_toml(
+            r#"
+            run-coordinated-shutdown-when-down = false
+            [coordinated-shutdown]
+            default-phase-timeout = "2s"
+            terminate-actor-system = false
+            [coordinated-shutdown.phases.cluster-exiting]
+            timeout = "30s"
+            "#,
+        )
+        .unwrap();
+        assert!(!s.run_coordinated_shutdown_when_down);
+        let c = &s.coordinated_shutdown;
+        assert!(!c.terminate_actor_system);
+        assert_eq!(c.timeout(Phase::ClusterLeave), Duration::from_secs(2));
+        assert_eq!(c.timeout(Phase::ClusterExiting), Duration::from_secs(30));
+        assert_eq!(
+            c.timeout(Phase::ActorSystemTerminate),
+            Duration::from_secs(10)
+        );
+        let e = ClusterSettings::from_toml(
+            "[coordinated-shutdown.phases.cluster-exit]\ntimeout = \"1s\"",
+        )
+        .unwrap_err();
+        assert!(e.0.contains("cluster-exit"), "{e}");
+        let e = ClusterSettings::from_toml(
+            "[coordinated-shutdown.phases.cluster-leave]\ntimeout = \"0s\"",
+        )
+        .unwrap_err();
+        assert!(e.0.contains("cluster-leave"), "{e}");
+        let s = ClusterSettings::default()
+            .with_vars([(
+                "TROUPE_RUN_COORDINATED_SHUTDOWN_WHEN_DOWN".to_string(),
+                "off".to_string(),
+            )])
+            .unwrap();
+        assert!(!s.run_coordinated_shutdown_when_down);
     }
 
     #[test]

@@ -174,17 +174,10 @@ fn hosts(node: &Node) -> bool {
         .is_some()
 }
 
-/// The index of the oldest Up member.
+/// The index of the oldest member (where the singleton belongs).
 async fn oldest(nodes: &[Node]) -> usize {
     let s = nodes[0].cluster.state().await.unwrap();
-    let oldest = s
-        .members
-        .iter()
-        .filter(|m| m.status == MemberStatus::Up)
-        .reduce(|a, b| if b.is_older_than(a) { b } else { a })
-        .unwrap()
-        .node
-        .clone();
+    let oldest = s.oldest.expect("an oldest member");
     nodes
         .iter()
         .position(|n| n.cluster.self_node() == &oldest)

@@ -1,14 +1,16 @@
 //! The singleton manager: one per node, hosts the instance while its node
-//! is the oldest Up member (of the role), and hands it over.
+//! is the oldest Up or Leaving member (of the role), and hands it over in
+//! the `cluster-exiting` phase of the coordinated shutdown when its node
+//! leaves.
 
 use crate::cluster::Cluster;
-use crate::events::CurrentClusterState;
-use crate::member::{Member, MemberStatus, UniqueAddress};
+use crate::coordinated_shutdown::Phase as ShutdownPhase;
+use crate::events::{ClusterEvent, CurrentClusterState};
+use crate::member::{self, Member, MemberStatus, OldestAmong, UniqueAddress};
 use crate::singleton::protocol::{HandOverReply, HandOverToMe, Moving, WhereIsSingleton};
 use crate::singleton::proxy::ProxyActor;
 use crate::singleton::settings::ClusterSingletonSettings;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use troupe_core::prelude::*;
 use troupe_core::{rt, Props};
@@ -21,13 +23,14 @@ pub(crate) fn manager_name(name: &str) -> String {
 /// Name of the instance under its manager.
 pub(crate) const INSTANCE: &str = "singleton";
 
-/// The membership as the manager needs it.
+/// Coordinated shutdown, `cluster-exiting`: this node is leaving; `done`
+/// is completed (or dropped) once no instance runs here any more.
 #[derive(Debug, Message)]
-pub(crate) struct Membership(pub(crate) Box<CurrentClusterState>);
+pub(crate) struct SelfExiting(pub(crate) oneshot::Sender<()>);
 
-/// The cluster core stopped (this node was downed or removed).
+/// The hand-over did not happen in time during the coordinated shutdown.
 #[derive(Debug, Clone, Copy, Message)]
-pub(crate) struct ClusterGone;
+pub(crate) struct ExitDeadline;
 
 /// Periodic: retry a pending hand-over request.
 #[derive(Debug, Clone, Copy, Message)]
@@ -74,6 +77,12 @@ pub struct SingletonManager<A: Actor> {
     /// down-removal margin ends: an instance may still run on the losing
     /// side of a partition until then.
     removed_older: BTreeMap<UniqueAddress, Instant>,
+    /// The coordinated shutdown's `cluster-exiting` phase has begun: this
+    /// node no longer counts as the oldest and never hosts again (Akka's
+    /// `SelfExiting`).
+    self_exiting: bool,
+    /// Shutdown tasks waiting until no instance runs here.
+    exit_waiters: Vec<oneshot::Sender<()>>,
 }
 
 impl<A: Actor> SingletonManager<A> {
@@ -92,30 +101,34 @@ impl<A: Actor> SingletonManager<A> {
             members: Vec::new(),
             proxies: BTreeSet::new(),
             removed_older: BTreeMap::new(),
+            self_exiting: false,
+            exit_waiters: Vec::new(),
         }
     }
 
-    /// The oldest Up member of the role: the singleton's rightful host.
+    /// The oldest Up or Leaving member of the role: the singleton's
+    /// rightful host. Once this node runs its exit, it no longer counts.
     fn oldest_of(&self, members: &[Member]) -> Option<UniqueAddress> {
-        members
+        let me = self.cluster.self_node();
+        let candidates = members
             .iter()
-            .filter(|m| m.status == MemberStatus::Up)
-            .filter(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)))
-            .reduce(|a, b| if b.is_older_than(a) { b } else { a })
-            .map(|m| m.node.clone())
+            .filter(|m| !(self.self_exiting && &m.node == me));
+        member::oldest(
+            candidates,
+            self.settings.role.as_deref(),
+            OldestAmong::UpOrLeaving,
+        )
+        .map(|m| m.node.clone())
     }
 
     fn start_instance(&mut self, ctx: &mut Context<Self>) {
-        if self.instance.is_some() {
+        if self.instance.is_some() || self.self_exiting {
             return;
         }
         let props = Props::new((self.factory)()).with_name(INSTANCE);
         match ctx.spawn_props(props) {
             Ok(r) => {
                 tracing::info!("singleton {} started on {}", r, self.cluster.self_address());
-                // Hosting holds back this node's Exiting confirmation
-                // until the instance has been handed over or stopped.
-                self.cluster.exit_blockers().fetch_add(1, Ordering::AcqRel);
                 self.instance = Some(r);
                 self.phase = Phase::Oldest;
             }
@@ -124,13 +137,16 @@ impl<A: Actor> SingletonManager<A> {
         }
     }
 
-    /// Stops the instance and waits for it to be gone.
+    /// Stops the instance and waits for it to be gone; then the exit of
+    /// this node may go on.
     async fn stop_instance(&mut self) {
         if let Some(i) = self.instance.take() {
             i.stop();
             i.wait_for_termination().await;
             tracing::info!("singleton {} stopped on {}", i, self.cluster.self_address());
-            self.cluster.exit_blockers().fetch_sub(1, Ordering::AcqRel);
+        }
+        for done in self.exit_waiters.drain(..) {
+            let _ = done.send(());
         }
     }
 
@@ -202,9 +218,9 @@ impl<A: Actor> SingletonManager<A> {
         self.start_instance(ctx);
     }
 
-    async fn on_membership(&mut self, state: CurrentClusterState, ctx: &mut Context<Self>) {
-        self.note_removed_older(&state.members, ctx);
-        self.members = state.members.clone();
+    async fn on_members(&mut self, members: Vec<Member>, ctx: &mut Context<Self>) {
+        self.note_removed_older(&members, ctx);
+        self.members = members;
         self.decide(ctx).await;
     }
 
@@ -225,7 +241,8 @@ impl<A: Actor> SingletonManager<A> {
         }
         let i_am_oldest = self.oldest.as_ref() == Some(&me);
         // Leaving with nobody to hand over to: stop, so that the exit can go on.
-        if matches!(my_status, Some(MemberStatus::Exiting)) && self.oldest.is_none() {
+        let exiting = self.self_exiting || matches!(my_status, Some(MemberStatus::Exiting));
+        if exiting && self.oldest.is_none() {
             self.stop_instance().await;
             self.phase = Phase::Younger;
             return;
@@ -329,38 +346,31 @@ impl<A: Actor> SingletonManager<A> {
 
 impl<A: Actor> Actor for SingletonManager<A> {
     async fn started(&mut self, ctx: &mut Context<Self>) {
-        // Membership changes arrive as messages: a task follows the
-        // cluster's events and sends the state after each.
-        let cluster = self.cluster.clone();
+        // Membership changes arrive as messages: the snapshot, then every
+        // event; the subscription ends when this manager stops.
+        if self.cluster.subscribe_actor(ctx.myself()).is_err() {
+            self.leave_cluster().await;
+            return;
+        }
+        // The core stops when this node is downed or removed.
+        ctx.watch(self.cluster.core());
+        // As Akka's manager: a leaving node hands its singleton over in the
+        // cluster-exiting phase, before it confirms its exit.
         let me = ctx.myself().clone();
-        rt::spawn(async move {
-            let Ok((snapshot, events)) = cluster.subscribe().await else {
-                let _ = me.tell(ClusterGone);
-                return;
-            };
-            let _ = me.tell(Membership(Box::new(snapshot)));
-            while events.recv().await.is_ok() {
-                // Coalesce a burst of events into one state.
-                while events.try_recv().is_ok() {}
-                // A busy core is not a gone one: retry until it answers or stops.
-                let state = loop {
-                    match cluster.state().await {
-                        Ok(s) => break Some(s),
-                        Err(troupe_core::AskError::Timeout(_)) => continue,
-                        Err(_) => break None,
-                    }
-                };
-                match state {
-                    Some(s) => {
-                        if me.tell(Membership(Box::new(s))).is_err() {
-                            return;
-                        }
-                    }
-                    None => break,
+        let task = format!("{}-exiting", ctx.myself().path().name());
+        let added = self.cluster.coordinated_shutdown().add_task(
+            ShutdownPhase::ClusterExiting,
+            task,
+            move || async move {
+                let (done, wait) = oneshot::channel();
+                if me.tell(SelfExiting(done)).is_ok() {
+                    let _ = wait.await;
                 }
-            }
-            let _ = me.tell(ClusterGone);
-        });
+            },
+        );
+        if let Err(e) = added {
+            tracing::debug!("singleton manager started during the shutdown: {e}");
+        }
     }
 
     async fn stopped(&mut self, _ctx: &mut Context<Self>) {
@@ -370,12 +380,68 @@ impl<A: Actor> Actor for SingletonManager<A> {
 
 #[handlers]
 impl<A: Actor> SingletonManager<A> {
-    async fn membership(&mut self, m: Membership, ctx: &mut Context<Self>) {
-        self.on_membership(*m.0, ctx).await;
+    async fn snapshot(&mut self, s: CurrentClusterState, ctx: &mut Context<Self>) {
+        self.on_members(s.members, ctx).await;
     }
 
-    async fn cluster_gone(&mut self, _m: ClusterGone, _ctx: &mut Context<Self>) {
-        self.leave_cluster().await;
+    async fn event(&mut self, e: ClusterEvent, ctx: &mut Context<Self>) {
+        let mut members = self.members.clone();
+        match e {
+            ClusterEvent::MemberJoined(m)
+            | ClusterEvent::MemberWeaklyUp(m)
+            | ClusterEvent::MemberUp(m)
+            | ClusterEvent::MemberLeft(m)
+            | ClusterEvent::MemberExited(m)
+            | ClusterEvent::MemberDowned(m) => {
+                match members.iter_mut().find(|o| o.node == m.node) {
+                    Some(old) => *old = m,
+                    None => members.push(m),
+                }
+            }
+            ClusterEvent::MemberRemoved(m, _) if &m.node == self.cluster.self_node() => {
+                self.leave_cluster().await;
+                return;
+            }
+            ClusterEvent::MemberRemoved(m, _) => members.retain(|o| o.node != m.node),
+            _ => return,
+        }
+        self.on_members(members, ctx).await;
+    }
+
+    async fn terminated(&mut self, t: Terminated, _ctx: &mut Context<Self>) {
+        if t.actor == self.cluster.core().to_any() {
+            self.leave_cluster().await;
+        }
+    }
+
+    async fn self_exiting(&mut self, m: SelfExiting, ctx: &mut Context<Self>) {
+        self.self_exiting = true;
+        self.exit_waiters.push(m.0);
+        if self.instance.is_some() {
+            // Normally the new oldest asks for the hand-over once it sees
+            // this node Exiting; if it does not in time, stop here so that
+            // the exit goes on with no chance of two instances.
+            let timeout = self
+                .cluster
+                .coordinated_shutdown()
+                .timeout(ShutdownPhase::ClusterExiting);
+            ctx.start_single_timer("exit-deadline", ExitDeadline, timeout * 3 / 4);
+        }
+        self.decide(ctx).await;
+        if self.instance.is_none() {
+            self.stop_instance().await;
+        }
+    }
+
+    async fn exit_deadline(&mut self, _m: ExitDeadline, _ctx: &mut Context<Self>) {
+        if self.instance.is_some() {
+            tracing::warn!(
+                "the singleton on {} was not handed over in time; it stops here so that this \
+                 node's exit can go on",
+                self.cluster.self_address()
+            );
+            self.stop_instance().await;
+        }
     }
 
     async fn retry(&mut self, _m: RetryHandOver, ctx: &mut Context<Self>) {

@@ -1,13 +1,17 @@
 //! Cluster singleton: exactly one instance of an actor in the cluster, on
-//! the oldest Up member (optionally of a role), handed over when that
+//! the oldest Up or Leaving member (optionally of a role; see
+//! [`member::oldest`](crate::member::oldest)), handed over when that
 //! member leaves and taken over when it is downed and removed; and a proxy
 //! that finds the instance from any node and buffers messages while it
-//! moves. The protocol follows Akka's `ClusterSingletonManager`: the new
-//! oldest asks the previous one to hand over (`HandOverToMe`), the previous
-//! stops its instance and answers `HandOverDone`, and only then does the
-//! new one start its instance — so there is never an overlap while the
-//! cluster is healthy. During a network partition, the split brain
-//! resolver decides which side keeps the singleton.
+//! moves. The protocol follows Akka's `ClusterSingletonManager`: once the
+//! leaving host is Exiting, the new oldest asks it to hand over
+//! (`HandOverToMe`), the previous host stops its instance and answers
+//! `HandOverDone`, and only then does the new one start its instance — so
+//! there is never an overlap while the cluster is healthy. The leaving
+//! host waits for this in the `cluster-exiting` phase of its
+//! [coordinated shutdown](crate::coordinated_shutdown), before it confirms
+//! its exit. During a network partition, the split brain resolver decides
+//! which side keeps the singleton.
 
 mod manager;
 mod protocol;

@@ -3,7 +3,7 @@
 //! instance is unknown or moving.
 
 use crate::cluster::Cluster;
-use crate::member::MemberStatus;
+use crate::member::{self, OldestAmong};
 use crate::singleton::manager::{manager_name, SingletonManager, ASK_TIMEOUT};
 use crate::singleton::protocol::{Moving, WhereIsSingleton};
 use crate::singleton::settings::ClusterSingletonSettings;
@@ -143,14 +143,11 @@ impl<A: Actor> ProxyActor<A> {
         rt::spawn(async move {
             let found = async {
                 let state = cluster.state().await.ok()?;
-                let oldest = state
-                    .members
-                    .iter()
-                    .filter(|m| m.status == MemberStatus::Up)
-                    .filter(|m| role.as_deref().is_none_or(|r| m.has_role(r)))
-                    .reduce(|a, b| if b.is_older_than(a) { b } else { a })?
-                    .node
-                    .clone();
+                // Where the managers agree the singleton runs.
+                let oldest =
+                    member::oldest(&state.members, role.as_deref(), OldestAmong::UpOrLeaving)?
+                        .node
+                        .clone();
                 let path = format!("{}/system/{manager}", oldest.address);
                 let mgr = system.resolve::<SingletonManager<A>>(&path).ok()?;
                 mgr.ask_timeout(WhereIsSingleton { proxy }, ASK_TIMEOUT)

@@ -7,17 +7,19 @@
 //!
 //! It joins the cluster of its seed nodes (the first seed forms a new
 //! cluster if no other answers), logs every membership change, and on
-//! SIGTERM or Ctrl-C leaves the cluster gracefully and exits.
+//! SIGTERM or Ctrl-C runs the coordinated shutdown: it leaves the cluster
+//! gracefully (its singleton moves) and exits with status 0. It also
+//! shuts down, with a failure status, when the others down it.
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use troupe_cluster::coordinated_shutdown::{Phase, Reason};
 use troupe_cluster::management::{ExtraRoutes, ManagementServer, ManagementSettings, RouteAnswer};
 use troupe_cluster::singleton::{self, ClusterSingletonSettings, SingletonProxy};
-use troupe_cluster::{Cluster, ClusterEvent, ClusterSettings, MemberStatus};
+use troupe_cluster::{Cluster, ClusterEvent, ClusterSettings};
 use troupe_core::prelude::*;
 use troupe_core::remote::{Address, RemoteSettings};
 use troupe_core::rt;
@@ -141,6 +143,17 @@ fn run(args: Args) -> Result<(), String> {
             "read-only"
         }
     );
+    // The coordinated shutdown: the HTTP server stops taking requests
+    // first (Akka's service-unbind), then the node leaves the cluster, its
+    // singleton moves, and the actor system stops.
+    let shutdown = cluster.coordinated_shutdown().clone();
+    shutdown
+        .add_task(
+            Phase::ServiceUnbind,
+            "management-http",
+            move || async move { management.stop().await },
+        )
+        .map_err(|e| e.to_string())?;
     let terminate = signals()?;
     rt::block_on(async move {
         let (snapshot, events) = cluster.subscribe().await.map_err(|e| e.to_string())?;
@@ -152,51 +165,48 @@ fn run(args: Args) -> Result<(), String> {
                 .map(|m| (m.node.address.to_string(), m.status))
                 .collect::<Vec<_>>()
         );
-        let me = cluster.self_node().clone();
-        loop {
-            let next = futures_lite_or(events.recv(), terminate.recv()).await;
+        // Log the membership until a signal comes, or until the shutdown
+        // runs by itself (this node was made to leave, or was downed or
+        // removed).
+        let reason = loop {
+            let next = futures_lite_or(
+                futures_lite_or(events.recv(), terminate.recv()),
+                shutdown.finished(),
+            )
+            .await;
             match next {
-                Either::Left(Ok(event)) => log_event(&event),
-                Either::Left(Err(_)) => return Err("the cluster core stopped".to_string()),
-                Either::Right(_) => break,
+                Either::Left(Either::Left(Ok(event))) => log_event(&event),
+                // The cluster core stopped: this node was downed or
+                // removed (its shutdown is already running, unless
+                // run-coordinated-shutdown-when-down is off).
+                Either::Left(Either::Left(Err(_))) => break Reason::ClusterDowning,
+                Either::Left(Either::Right(_)) => {
+                    tracing::info!("terminating: leaving the cluster (coordinated shutdown)");
+                    break Reason::ProcessExit;
+                }
+                Either::Right(()) => break Reason::Unknown,
             }
-        }
-        tracing::info!("terminating: leaving the cluster");
-        cluster.leave(&me.address);
-        // Wait until this node has left: Exiting (the leader then removes
-        // it), or removed, or no longer a member at all; at most 30 s.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match cluster.state().await {
-                Ok(s) => match s.members.iter().find(|m| m.node == me) {
-                    None => break,
-                    Some(m)
-                        if matches!(
-                            m.status,
-                            MemberStatus::Exiting | MemberStatus::Removed | MemberStatus::Down
-                        ) =>
-                    {
-                        // Give the Exiting confirmation time to reach the leader.
-                        rt::sleep(Duration::from_secs(2)).await;
-                        break;
-                    }
-                    Some(_) => {}
-                },
-                Err(_) => break,
-            }
-            if Instant::now() > deadline {
-                tracing::warn!("did not finish leaving within 30 s; exiting anyway");
-                break;
-            }
-            if let Ok(event) = events.try_recv() {
+        };
+        // Idempotent: joins the run already under way, if any. Membership
+        // changes are still logged meanwhile.
+        futures_lite::future::or(shutdown.run(reason), async {
+            while let Ok(event) = events.recv().await {
                 log_event(&event);
             }
-            rt::sleep(Duration::from_millis(100)).await;
-        }
-        management.stop().await;
+            futures_lite::future::pending::<()>().await
+        })
+        .await;
+        // Also when the configuration keeps the system running.
         system.shutdown().await;
-        tracing::info!("left the cluster; bye");
-        Ok(())
+        match shutdown.reason() {
+            Some(r @ (Reason::ClusterDowning | Reason::ClusterJoinUnsuccessful)) => {
+                Err(format!("stopped: {r}"))
+            }
+            _ => {
+                tracing::info!("left the cluster; bye");
+                Ok(())
+            }
+        }
     })
 }
 
