@@ -49,9 +49,12 @@ enum ReplyTo<R> {
     Callback(Callback<R>),
 }
 
+/// The function a callback reply channel calls.
+type CallbackFn<R> = Box<dyn FnOnce(Result<R, AskError>) + Send>;
+
 /// A callback that is called exactly once: with the reply, the failure,
 /// or (when dropped) `AskError::Stopped`.
-struct Callback<R>(Option<Box<dyn FnOnce(Result<R, AskError>) + Send>>);
+struct Callback<R>(Option<CallbackFn<R>>);
 
 impl<R> Drop for Callback<R> {
     fn drop(&mut self) {

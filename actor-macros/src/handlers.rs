@@ -1,27 +1,52 @@
-//! `#[handlers]`.
+//! `#[handlers]`, and the handler parsing and code generation that
+//! `#[entity]` shares.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, ImplItem, ImplItemFn, ItemImpl, ReturnType, Type};
+use syn::{FnArg, Ident, ImplItem, ImplItemFn, ItemImpl, ReturnType, Type};
 
 const SIGNATURE: &str =
     "a handler is `async fn name(&mut self, msg: MessageType, ctx: &mut Context<Self>) -> Reply` \
                          (`ctx` may be left out)";
 
+/// One `async fn` handler of an impl block, checked.
+pub(crate) struct HandlerFn {
+    /// The method's name.
+    name: Ident,
+    /// The message type (the second parameter).
+    pub(crate) msg_ty: Type,
+    /// Whether the method takes `ctx: &mut Context<Self>`.
+    with_ctx: bool,
+    /// The return type as written (`()` when left out).
+    ret_ty: TokenStream,
+    /// The return type's span (the name's when it is left out).
+    pub(crate) ret_span: Span,
+}
+
+/// `#[handlers]`: the impl block, then one `impl Handler<M>` per handler.
 pub(crate) fn expand(block: ItemImpl) -> syn::Result<TokenStream> {
+    let handlers = parse(&block, "handlers")?;
+    Ok(generate(&block, &handlers))
+}
+
+/// Checks every `fn` of `block` (written under `#[attr]`) and returns its
+/// handlers in order; all mistakes are reported together.
+pub(crate) fn parse(block: &ItemImpl, attr: &str) -> syn::Result<Vec<HandlerFn>> {
     if let Some((_, path, _)) = &block.trait_ {
         return Err(syn::Error::new_spanned(
             path,
-            "`#[handlers]` goes on an inherent impl block (`impl MyActor { ... }`), not on a trait impl",
+            format!(
+                "`#[{attr}]` goes on an inherent impl block (`impl MyActor {{ ... }}`), not on a trait impl"
+            ),
         ));
     }
-    let mut impls = Vec::new();
+    let mut handlers = Vec::new();
     let mut errors: Option<syn::Error> = None;
     for item in &block.items {
         if let ImplItem::Fn(f) = item {
-            match handler_impl(&block, f) {
-                Ok(ts) => impls.push(ts),
+            match parse_fn(f) {
+                Ok(h) => handlers.push(h),
                 Err(e) => match &mut errors {
                     Some(all) => all.combine(e),
                     None => errors = Some(e),
@@ -29,16 +54,22 @@ pub(crate) fn expand(block: ItemImpl) -> syn::Result<TokenStream> {
             }
         }
     }
-    if let Some(e) = errors {
-        return Err(e);
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(handlers),
     }
-    Ok(quote! {
-        #block
-        #(#impls)*
-    })
 }
 
-fn handler_impl(block: &ItemImpl, f: &ImplItemFn) -> syn::Result<TokenStream> {
+/// The impl block itself followed by `impl Handler<M>` for each handler.
+pub(crate) fn generate(block: &ItemImpl, handlers: &[HandlerFn]) -> TokenStream {
+    let impls = handlers.iter().map(|h| handler_impl(block, h));
+    quote! {
+        #block
+        #(#impls)*
+    }
+}
+
+fn parse_fn(f: &ImplItemFn) -> syn::Result<HandlerFn> {
     let sig = &f.sig;
     let name = &sig.ident;
     if sig.asyncness.is_none() {
@@ -105,9 +136,27 @@ fn handler_impl(block: &ItemImpl, f: &ImplItemFn) -> syn::Result<TokenStream> {
         ReturnType::Default => (quote!(()), sig.ident.span()),
         ReturnType::Type(_, t) => (quote!(#t), t.span()),
     };
+    Ok(HandlerFn {
+        name: name.clone(),
+        msg_ty,
+        with_ctx,
+        ret_ty,
+        ret_span,
+    })
+}
+
+fn handler_impl(block: &ItemImpl, h: &HandlerFn) -> TokenStream {
+    let HandlerFn {
+        name,
+        msg_ty,
+        with_ctx,
+        ret_ty,
+        ret_span,
+    } = h;
+    let ret_span = *ret_span;
     let self_ty = &block.self_ty;
     let (impl_generics, _, where_clause) = block.generics.split_for_impl();
-    let call = if with_ctx {
+    let call = if *with_ctx {
         quote!(Self::#name(self, msg, ctx))
     } else {
         quote!({ let _ = ctx; Self::#name(self, msg) })
@@ -119,7 +168,7 @@ fn handler_impl(block: &ItemImpl, f: &ImplItemFn) -> syn::Result<TokenStream> {
     let convert = quote_spanned! {ret_span=>
         ::troupe_core::__private::reply_from::<#msg_ty_at_ret, #ret_ty_at_ret>
     };
-    Ok(quote! {
+    quote! {
         impl #impl_generics ::troupe_core::Handler<#msg_ty> for #self_ty #where_clause {
             #[allow(clippy::manual_async_fn)]
             fn handle(
@@ -131,7 +180,7 @@ fn handler_impl(block: &ItemImpl, f: &ImplItemFn) -> syn::Result<TokenStream> {
                 async move { #convert(fut.await) }
             }
         }
-    })
+    }
 }
 
 /// True for `&mut Context<Self>` (any path ending in `Context`).
@@ -146,7 +195,7 @@ fn is_context_ref(ty: &Type) -> bool {
 }
 
 /// Gives every token of `ts` the span `span`.
-fn respan(ts: TokenStream, span: Span) -> TokenStream {
+pub(crate) fn respan(ts: TokenStream, span: Span) -> TokenStream {
     ts.into_iter()
         .map(|mut tt| {
             if let proc_macro2::TokenTree::Group(g) = &tt {

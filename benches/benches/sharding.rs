@@ -1,0 +1,237 @@
+//! Cluster sharding: the cost of routing through sharding, side by side
+//! with direct messages to the same actors in the same run.
+//!
+//! ```sh
+//! cargo bench --manifest-path benches/Cargo.toml --bench sharding
+//! ```
+//!
+//! One node (a one-member cluster), every shard's home known and every
+//! entity alive before timing:
+//! - tell throughput: 2,000,000 messages to one entity through its
+//!   `EntityRef`, and the same to the same actor through its `ActorRef`;
+//!   then round robin over 10,000 entities, both ways;
+//! - ask round trip: sequential asks through the `EntityRef` and through
+//!   the `ActorRef`, p50 and mean;
+//! - activation: the first message to 1,000,000 distinct entities over
+//!   1,000 shards (time per entity), and the growth of resident memory per
+//!   idle entity, all bookkeeping included.
+
+#![allow(clippy::print_stdout)]
+
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use troupe_cluster::{Cluster, ClusterSettings, MemberStatus};
+use troupe_core::prelude::*;
+use troupe_core::remote::RemoteSettings;
+use troupe_core::rt;
+use troupe_sharding::{ClusterSharding, EntityId, EntityRef, ShardingSettings};
+
+#[derive(Message, Serialize, Deserialize)]
+#[message(name = "bench.Hit")]
+struct Hit;
+
+#[derive(Message, Serialize, Deserialize)]
+#[message(reply = u64, name = "bench.Count")]
+struct Count;
+
+/// The entity: counts hits into a shared counter (so that the bench can
+/// tell when all were handled) and its own.
+struct Target {
+    hits: u64,
+    total: Arc<AtomicU64>,
+}
+
+impl Actor for Target {}
+
+#[troupe_sharding::entity(name = "bench-target")]
+impl Target {
+    async fn hit(&mut self, _m: Hit) {
+        self.hits += 1;
+        self.total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn count(&mut self, _m: Count) -> u64 {
+        self.hits
+    }
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+async fn wait_total(total: &AtomicU64, want: u64) {
+    while total.load(Ordering::Relaxed) < want {
+        rt::yield_now().await;
+    }
+}
+
+fn main() {
+    rt::block_on(async {
+        let system = ActorSystem::builder("bench")
+            .remote(RemoteSettings::new("127.0.0.1:0").with_secret("bench"))
+            .build()
+            .expect("system");
+        let me = system.remoting().unwrap().address().clone();
+        let cluster = Cluster::start(
+            &system,
+            ClusterSettings {
+                seed_nodes: vec![me],
+                ..ClusterSettings::default()
+            },
+        )
+        .expect("cluster");
+        loop {
+            let s = cluster.state().await.expect("state");
+            if s.members.iter().any(|m| m.status == MemberStatus::Up) {
+                break;
+            }
+            rt::sleep(Duration::from_millis(20)).await;
+        }
+        let sharding = ClusterSharding::new(&system, &cluster).expect("sharding");
+        let total = Arc::new(AtomicU64::new(0));
+        let t = total.clone();
+        sharding
+            .start::<Target>(
+                move |_id: EntityId| Target {
+                    hits: 0,
+                    total: t.clone(),
+                },
+                ShardingSettings {
+                    number_of_shards: 1000,
+                    ..ShardingSettings::default()
+                },
+            )
+            .expect("start");
+
+        // Warm up: one entity alive, its shard's home known.
+        let one: EntityRef<Target> = sharding.entity_ref("one").unwrap();
+        one.ask(Count).await.expect("first ask");
+        // The same actor type outside sharding: what a direct tell costs.
+        let direct = spawn_twin(&system, &total);
+        direct.ask(Count).await.expect("first ask");
+
+        const N: u64 = 2_000_000;
+        println!("sharding bench: tell, {N} messages to one entity");
+        let base = total.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        for _ in 0..N {
+            direct.tell(Hit).unwrap();
+        }
+        wait_total(&total, base + N).await;
+        let direct_rate = N as f64 / t0.elapsed().as_secs_f64();
+        let base = total.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        for _ in 0..N {
+            one.tell(Hit).unwrap();
+        }
+        wait_total(&total, base + N).await;
+        let sharded_rate = N as f64 / t0.elapsed().as_secs_f64();
+        println!(
+            "  direct ActorRef::tell   {:>10.0} msg/s\n  sharded EntityRef::tell {:>10.0} msg/s  ({:.2}x direct)",
+            direct_rate,
+            sharded_rate,
+            sharded_rate / direct_rate
+        );
+
+        // Round robin over 10,000 entities.
+        const E: usize = 10_000;
+        let refs: Vec<EntityRef<Target>> = (0..E)
+            .map(|i| sharding.entity_ref(format!("rr-{i}")).unwrap())
+            .collect();
+        for r in &refs {
+            r.ask(Count).await.unwrap();
+        }
+        let twins: Vec<ActorRef<Target>> = (0..E).map(|_| spawn_twin(&system, &total)).collect();
+        let rounds = (N as usize) / E;
+        let base = total.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        for _ in 0..rounds {
+            for a in &twins {
+                a.tell(Hit).unwrap();
+            }
+        }
+        wait_total(&total, base + N).await;
+        let direct_rr = N as f64 / t0.elapsed().as_secs_f64();
+        let base = total.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        for _ in 0..rounds {
+            for r in &refs {
+                r.tell(Hit).unwrap();
+            }
+        }
+        wait_total(&total, base + N).await;
+        let sharded_rr = N as f64 / t0.elapsed().as_secs_f64();
+        println!(
+            "sharding bench: tell, round robin over {E} entities\n  direct  {:>10.0} msg/s\n  sharded {:>10.0} msg/s  ({:.2}x direct)",
+            direct_rr,
+            sharded_rr,
+            sharded_rr / direct_rr
+        );
+
+        // Ask round trip.
+        const ASKS: usize = 200_000;
+        let mut d = Vec::with_capacity(ASKS);
+        for _ in 0..ASKS {
+            let t = Instant::now();
+            direct.ask(Count).await.unwrap();
+            d.push(t.elapsed());
+        }
+        let mut s = Vec::with_capacity(ASKS);
+        for _ in 0..ASKS {
+            let t = Instant::now();
+            one.ask(Count).await.unwrap();
+            s.push(t.elapsed());
+        }
+        let (dp50, dmean) = stats(&mut d);
+        let (sp50, smean) = stats(&mut s);
+        println!(
+            "sharding bench: ask round trip ({ASKS} sequential)\n  direct  p50 {:>6.2} us  mean {:>6.2} us\n  sharded p50 {:>6.2} us  mean {:>6.2} us  (+{:.2} us p50)",
+            dp50, dmean, sp50, smean, sp50 - dp50
+        );
+
+        // Activation and memory.
+        const NEW: usize = 1_000_000;
+        let before = rss_bytes();
+        let base = total.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        for i in 0..NEW {
+            let r: EntityRef<Target> = sharding.entity_ref(format!("new-{i}")).unwrap();
+            r.tell(Hit).unwrap();
+        }
+        wait_total(&total, base + NEW as u64).await;
+        let per = t0.elapsed().as_secs_f64() * 1e6 / NEW as f64;
+        let after = rss_bytes();
+        println!(
+            "sharding bench: first message to {NEW} new entities over 1000 shards\n  {:.2} us per entity; RSS +{:.0} bytes per idle entity ({} MB -> {} MB)",
+            per,
+            (after.saturating_sub(before)) as f64 / NEW as f64,
+            before / 1_000_000,
+            after / 1_000_000
+        );
+        system.shutdown().await;
+    });
+}
+
+/// An actor of the same type outside sharding, for the direct figures.
+fn spawn_twin(system: &ActorSystem, total: &Arc<AtomicU64>) -> ActorRef<Target> {
+    system.spawn(Target {
+        hits: 0,
+        total: total.clone(),
+    })
+}
+
+/// p50 and mean in microseconds.
+fn stats(v: &mut [Duration]) -> (f64, f64) {
+    v.sort();
+    let p50 = v[v.len() / 2].as_secs_f64() * 1e6;
+    let mean = v.iter().map(|d| d.as_secs_f64()).sum::<f64>() / v.len() as f64 * 1e6;
+    (p50, mean)
+}

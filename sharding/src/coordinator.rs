@@ -1,0 +1,640 @@
+//! The shard coordinator: a cluster singleton per entity type that decides
+//! where shards live (with a pluggable allocation strategy), moves them to
+//! rebalance the cluster, and keeps its state in distributed data.
+//!
+//! Unlike Akka, when a hand-off completes the coordinator allocates the
+//! shard at once and tells every region its new home, instead of waiting
+//! for the regions to ask again on their next retry (which costs up to
+//! `retry-interval` of latency per moved shard); and a round of rebalancing
+//! that moved shards is followed at once by the next while the cluster is
+//! still unbalanced, so that a new node gets its share in seconds.
+
+use crate::allocation::{ClusterView, RegionId, ShardAllocationStrategy};
+use crate::coordinator_state::CoordinatorState;
+use crate::entity::Entity;
+use crate::extractor::ShardId;
+use crate::protocol::*;
+use crate::rebalance::{HandOffProgress, RebalanceWorker};
+use crate::region::{region_name, Region};
+use crate::settings::ShardingSettings;
+use std::collections::{BTreeSet, HashMap};
+use std::marker::PhantomData;
+use std::time::Instant;
+use troupe_cluster::ddata::{Key, LWWRegister, ReadConsistency, Replicator, WriteConsistency};
+use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState, MemberStatus, UniqueAddress};
+use troupe_core::prelude::*;
+
+/// The coordinator's periodic work: rebalance, and repeat unanswered
+/// `HostShard`s.
+#[derive(Message, Clone)]
+pub(crate) struct RebalanceTick;
+
+/// A membership change (forwarded from the cluster's event stream).
+#[derive(Message)]
+pub(crate) struct MembershipChanged(ClusterEvent);
+
+/// The coordinator of entity type `E`.
+pub struct ShardCoordinator<E: Entity> {
+    system: ActorSystem,
+    cluster: Cluster,
+    replicator: Replicator,
+    settings: ShardingSettings,
+    strategy: Box<dyn ShardAllocationStrategy>,
+    key: Key<LWWRegister<String>>,
+    state: CoordinatorState,
+    cluster_state: CurrentClusterState,
+    regions: HashMap<RegionId, ActorRef<Region<E>>>,
+    /// Shards being handed off.
+    rebalancing: HashMap<ShardId, RebalanceWorker>,
+    /// Regions shutting down gracefully.
+    shutting_down: BTreeSet<RegionId>,
+    /// `HostShard`s not yet confirmed, and when they were sent.
+    unconfirmed: HashMap<ShardId, (RegionId, Instant)>,
+    _entity: PhantomData<fn() -> E>,
+}
+
+impl<E: Entity> ShardCoordinator<E> {
+    pub(crate) fn new(
+        system: ActorSystem,
+        cluster: Cluster,
+        replicator: Replicator,
+        settings: ShardingSettings,
+        strategy: Box<dyn ShardAllocationStrategy>,
+    ) -> Self {
+        ShardCoordinator {
+            system,
+            cluster,
+            replicator,
+            settings,
+            strategy,
+            key: Key::new(format!("sharding-coordinator-state-{}", E::TYPE_NAME)),
+            state: CoordinatorState::default(),
+            cluster_state: CurrentClusterState {
+                members: Vec::new(),
+                unreachable: Vec::new(),
+                seen_by: Default::default(),
+                leader: None,
+                role_leaders: Vec::new(),
+                unreachable_observed_by: Vec::new(),
+                oldest: None,
+                oldest_per_role: Vec::new(),
+            },
+            regions: HashMap::new(),
+            rebalancing: HashMap::new(),
+            shutting_down: BTreeSet::new(),
+            unconfirmed: HashMap::new(),
+            _entity: PhantomData,
+        }
+    }
+
+    fn write_consistency(&self) -> WriteConsistency {
+        WriteConsistency::MajorityPlus {
+            additional: self.settings.write_majority_plus,
+            timeout: self.settings.updating_state_timeout,
+        }
+    }
+
+    /// Writes the state; on failure (no majority in time) the write stays
+    /// local and spreads by gossip, which is logged.
+    async fn save(&mut self) {
+        let text = self.state.encode();
+        let me = self.cluster.self_node().clone();
+        let initial = LWWRegister::new(&me, String::new());
+        let result = self
+            .replicator
+            .update(
+                &self.key,
+                initial,
+                self.write_consistency(),
+                move |mut r| {
+                    r.set(&me, text);
+                    r
+                },
+            )
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(
+                "sharding: the coordinator state of `{}` was not written to a majority in time \
+                 ({e}); it spreads by gossip",
+                E::TYPE_NAME
+            );
+        }
+    }
+
+    async fn load(&mut self) {
+        let consistency = ReadConsistency::MajorityPlus {
+            additional: self.settings.read_majority_plus,
+            timeout: self.settings.waiting_for_state_timeout,
+        };
+        let mut read = self.replicator.get(&self.key, consistency).await;
+        if read.is_err() {
+            // Not enough replicas answered: use what this node has (Akka
+            // retries; the local copy is at least as new as our last write).
+            read = self.replicator.get(&self.key, ReadConsistency::Local).await;
+        }
+        match read {
+            Ok(Some(r)) if !r.value().is_empty() => match CoordinatorState::decode(r.value()) {
+                Ok(s) => {
+                    tracing::info!(
+                        "sharding: coordinator of `{}` recovered {} shard homes in {} regions",
+                        E::TYPE_NAME,
+                        s.shards.len(),
+                        s.regions.len()
+                    );
+                    self.state = s;
+                }
+                Err(e) => tracing::error!(
+                    "sharding: the coordinator state of `{}` does not decode ({e}); starting empty \
+                     (remove the sharding data if this persists)",
+                    E::TYPE_NAME
+                ),
+            },
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "sharding: cannot read the coordinator state of `{}`: {e}; starting empty",
+                E::TYPE_NAME
+            ),
+        }
+    }
+
+    fn region_ref(&mut self, region: &RegionId) -> Option<ActorRef<Region<E>>> {
+        if let Some(r) = self.regions.get(region) {
+            return Some(r.clone());
+        }
+        let path = format!("{}/system/{}", region.address, region_name(E::TYPE_NAME));
+        match self.system.resolve::<Region<E>>(&path) {
+            Ok(r) => {
+                self.regions.insert(region.clone(), r.clone());
+                Some(r)
+            }
+            Err(e) => {
+                tracing::warn!("sharding: cannot reach region {path}: {e}");
+                None
+            }
+        }
+    }
+
+    fn tell_region<M>(&mut self, region: &RegionId, msg: M)
+    where
+        M: Message + serde::Serialize + serde::de::DeserializeOwned,
+        M::Reply: serde::Serialize + serde::de::DeserializeOwned,
+        Region<E>: Handler<M>,
+    {
+        if let Some(r) = self.region_ref(region) {
+            if let Err(e) = r.tell(msg) {
+                tracing::debug!("sharding: cannot tell region {region}: {e}");
+            }
+        }
+    }
+
+    fn member_status(&self, node: &UniqueAddress) -> Option<MemberStatus> {
+        self.cluster_state
+            .members
+            .iter()
+            .find(|m| &m.node == node)
+            .map(|m| m.status)
+    }
+
+    fn has_role(&self, node: &UniqueAddress) -> bool {
+        match &self.settings.role {
+            None => true,
+            Some(role) => self
+                .cluster_state
+                .members
+                .iter()
+                .any(|m| &m.node == node && m.has_role(role)),
+        }
+    }
+
+    /// Regions that may receive shards: registered, of an Up member, not
+    /// shutting down.
+    fn may_host(&self, region: &RegionId) -> bool {
+        self.state.regions.contains_key(region)
+            && self.member_status(region) == Some(MemberStatus::Up)
+            && !self.shutting_down.contains(region)
+    }
+
+    /// Enough members are Up to allocate (`min-nr-of-members`).
+    fn allocation_ready(&self) -> bool {
+        let up = self
+            .cluster_state
+            .members
+            .iter()
+            .filter(|m| m.status == MemberStatus::Up)
+            .filter(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)))
+            .count();
+        up >= self.settings.min_nr_of_members
+    }
+
+    /// Every registered region and proxy: those that must hear of
+    /// hand-offs and new homes.
+    fn all_routers(&self) -> Vec<RegionId> {
+        self.state
+            .regions
+            .keys()
+            .chain(self.state.proxies.iter())
+            .cloned()
+            .collect()
+    }
+
+    /// Allocates `shard` (requested by `requester`) if the strategy finds
+    /// a home; tells that region to host it and returns the home.
+    async fn allocate(&mut self, shard: &ShardId, requester: &RegionId) -> Option<RegionId> {
+        if !self.allocation_ready() {
+            return None;
+        }
+        let candidates = self.state.allocations(|r| self.may_host(r));
+        if candidates.is_empty() {
+            return None;
+        }
+        let me = self.cluster.self_node().clone();
+        let view = ClusterView::new(&self.cluster_state, &me);
+        let home = self
+            .strategy
+            .allocate_shard(requester, shard, &candidates, &view)?;
+        if !self.may_host(&home) {
+            tracing::warn!(
+                "sharding: the allocation strategy of `{}` chose {home}, which cannot host shard \
+                 {shard} (not registered, not Up, or shutting down)",
+                E::TYPE_NAME
+            );
+            return None;
+        }
+        self.state.allocate(shard, &home);
+        self.save().await;
+        tracing::debug!(
+            "sharding: shard {shard} of `{}` allocated to {home}",
+            E::TYPE_NAME
+        );
+        self.unconfirmed
+            .insert(shard.clone(), (home.clone(), Instant::now()));
+        self.tell_region(
+            &home,
+            HostShard {
+                shard: shard.clone(),
+            },
+        );
+        Some(home)
+    }
+
+    fn start_hand_off(&mut self, shard: ShardId, ctx: &mut Context<Self>) {
+        if self.rebalancing.contains_key(&shard) {
+            return;
+        }
+        let Some(from) = self.state.shards.get(&shard).cloned() else {
+            return;
+        };
+        let routers = self.all_routers();
+        tracing::debug!(
+            "sharding: hand-off of shard {shard} of `{}` from {from} begins",
+            E::TYPE_NAME
+        );
+        let worker = RebalanceWorker::new(shard.clone(), from, routers.iter().cloned());
+        for r in routers {
+            self.tell_region(
+                &r,
+                BeginHandOff {
+                    shard: shard.clone(),
+                },
+            );
+        }
+        self.rebalancing.insert(shard, worker);
+        self.arm_tick(ctx);
+    }
+
+    /// Moves the hand-off of `shard` on after an answer.
+    async fn advance(
+        &mut self,
+        shard: &ShardId,
+        progress: HandOffProgress,
+        ctx: &mut Context<Self>,
+    ) {
+        match progress {
+            HandOffProgress::Waiting => {}
+            HandOffProgress::SendHandOff(from) => {
+                self.tell_region(
+                    &from,
+                    HandOff {
+                        shard: shard.clone(),
+                    },
+                );
+            }
+            HandOffProgress::Done => {
+                let Some(worker) = self.rebalancing.remove(shard) else {
+                    return;
+                };
+                self.finish_hand_off(shard, worker.from().clone()).await;
+                if self.rebalancing.is_empty() {
+                    // The previous round is over: go on while unbalanced.
+                    let _ = ctx.myself().tell(RebalanceTick);
+                }
+            }
+            HandOffProgress::Failed => {
+                let Some(worker) = self.rebalancing.remove(shard) else {
+                    return;
+                };
+                let from = worker.from().clone();
+                tracing::warn!(
+                    "sharding: shard {shard} of `{}` was not handed off by {from} in time; it stays there",
+                    E::TYPE_NAME
+                );
+                for r in self.all_routers() {
+                    self.tell_region(
+                        &r,
+                        ShardHome {
+                            shard: shard.clone(),
+                            region: from.clone(),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// The shard left `from`: allocate it at once and tell every region
+    /// its new home, rather than waiting for their next request (if no
+    /// region can take it now, they ask again and wait).
+    async fn finish_hand_off(&mut self, shard: &ShardId, from: RegionId) {
+        self.state.deallocate(shard);
+        self.unconfirmed.remove(shard);
+        match self.allocate(shard, &from).await {
+            Some(home) => {
+                for r in self.all_routers() {
+                    if r != home {
+                        self.tell_region(
+                            &r,
+                            ShardHome {
+                                shard: shard.clone(),
+                                region: home.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+            None => self.save().await,
+        }
+    }
+
+    fn arm_tick(&mut self, ctx: &mut Context<Self>) {
+        ctx.start_periodic_timer("rebalance", RebalanceTick, self.settings.rebalance_interval);
+    }
+
+    async fn refresh_cluster_state(&mut self) {
+        if let Ok(s) = self.cluster.state().await {
+            self.cluster_state = s;
+        }
+    }
+
+    async fn region_gone(&mut self, region: &RegionId) {
+        let had = self.state.regions.contains_key(region) || self.state.proxies.contains(region);
+        if !had {
+            return;
+        }
+        let shards = self.state.remove_region(region);
+        self.regions.remove(region);
+        self.shutting_down.remove(region);
+        tracing::info!(
+            "sharding: region {region} of `{}` is gone; its {} shards will be allocated again",
+            E::TYPE_NAME,
+            shards.len()
+        );
+        self.save().await;
+        // Hand-offs waiting for this region go on without it.
+        let waiting: Vec<ShardId> = self.rebalancing.keys().cloned().collect();
+        for s in waiting {
+            let progress = match self.rebalancing.get_mut(&s) {
+                Some(w) => w.region_gone(region),
+                None => continue,
+            };
+            match progress {
+                HandOffProgress::SendHandOff(from) => self.tell_region(&from, HandOff { shard: s }),
+                HandOffProgress::Done | HandOffProgress::Failed => {
+                    // Its home is gone, so are its entities.
+                    self.rebalancing.remove(&s);
+                    self.finish_hand_off(&s, region.clone()).await;
+                }
+                HandOffProgress::Waiting => {}
+            }
+        }
+    }
+}
+
+impl<E: Entity> Actor for ShardCoordinator<E> {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        self.load().await;
+        match self.cluster.subscribe().await {
+            Ok((snapshot, events)) => {
+                self.cluster_state = snapshot;
+                let me = ctx.myself().clone();
+                troupe_core::rt::spawn(async move {
+                    while let Ok(e) = events.recv().await {
+                        if me.tell(MembershipChanged(e)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Err(e) => tracing::error!("sharding: coordinator cannot follow the membership: {e}"),
+        }
+        // Regions of members that left while no coordinator ran.
+        let gone: Vec<RegionId> = self
+            .state
+            .regions
+            .keys()
+            .chain(self.state.proxies.iter())
+            .filter(|r| self.member_status(r).is_none())
+            .cloned()
+            .collect();
+        for r in gone {
+            self.region_gone(&r).await;
+        }
+        self.arm_tick(ctx);
+        tracing::info!(
+            "sharding: coordinator of `{}` started on {}",
+            E::TYPE_NAME,
+            self.cluster.self_node()
+        );
+    }
+}
+
+#[handlers]
+impl<E: Entity> ShardCoordinator<E> {
+    async fn on_register(&mut self, msg: Register) {
+        let region = msg.region;
+        if !self.has_role(&region) && self.member_status(&region).is_some() {
+            tracing::warn!(
+                "sharding: region {region} of `{}` registered without the role {:?}",
+                E::TYPE_NAME,
+                self.settings.role
+            );
+        }
+        if !self.state.regions.contains_key(&region) {
+            self.state.add_region(&region);
+            self.save().await;
+            tracing::info!("sharding: region {region} of `{}` registered", E::TYPE_NAME);
+        }
+        self.regions.remove(&region);
+        let homes = self.homes();
+        self.tell_region(&region, RegisterAck { homes });
+    }
+
+    async fn on_register_proxy(&mut self, msg: RegisterProxy) {
+        let region = msg.region;
+        if self.state.proxies.insert(region.clone()) {
+            self.save().await;
+        }
+        let homes = self.homes();
+        self.tell_region(&region, RegisterAck { homes });
+    }
+
+    async fn on_get_shard_home(&mut self, msg: GetShardHome) {
+        let GetShardHome { shard, region } = msg;
+        if self.rebalancing.contains_key(&shard) {
+            return; // answered when the hand-off completes
+        }
+        if let Some(home) = self.state.shards.get(&shard).cloned() {
+            self.tell_region(
+                &region,
+                ShardHome {
+                    shard,
+                    region: home,
+                },
+            );
+            return;
+        }
+        if let Some(home) = self.allocate(&shard, &region).await {
+            if home != region {
+                self.tell_region(
+                    &region,
+                    ShardHome {
+                        shard,
+                        region: home,
+                    },
+                );
+            }
+        }
+    }
+
+    async fn on_shard_started(&mut self, msg: ShardStarted) {
+        if matches!(self.unconfirmed.get(&msg.shard), Some((r, _)) if *r == msg.region) {
+            self.unconfirmed.remove(&msg.shard);
+        }
+    }
+
+    async fn on_begin_hand_off_ack(&mut self, msg: BeginHandOffAck, ctx: &mut Context<Self>) {
+        let progress = match self.rebalancing.get_mut(&msg.shard) {
+            Some(w) => w.acked(&msg.region),
+            None => return,
+        };
+        self.advance(&msg.shard, progress, ctx).await;
+    }
+
+    async fn on_shard_stopped(&mut self, msg: ShardStopped, ctx: &mut Context<Self>) {
+        let progress = match self.rebalancing.get_mut(&msg.shard) {
+            Some(w) => w.stopped(&msg.region),
+            None => {
+                // A hand-off that was given up finished after all: the
+                // shard has no running home any more.
+                if self.state.shards.get(&msg.shard) == Some(&msg.region) {
+                    self.finish_hand_off(&msg.shard, msg.region).await;
+                }
+                return;
+            }
+        };
+        self.advance(&msg.shard, progress, ctx).await;
+    }
+
+    async fn on_graceful_shutdown(&mut self, msg: GracefulShutdownReq, ctx: &mut Context<Self>) {
+        let region = msg.region;
+        let shards = self.state.regions.get(&region).cloned().unwrap_or_default();
+        if self.shutting_down.insert(region.clone()) {
+            tracing::info!(
+                "sharding: region {region} of `{}` shuts down; handing off its {} shards",
+                E::TYPE_NAME,
+                shards.len()
+            );
+        }
+        for s in shards {
+            self.start_hand_off(s, ctx);
+        }
+    }
+
+    async fn on_region_stopped(&mut self, msg: RegionStopped) {
+        self.region_gone(&msg.region).await;
+    }
+
+    async fn on_membership(&mut self, msg: MembershipChanged) {
+        self.refresh_cluster_state().await;
+        if let ClusterEvent::MemberRemoved(m, _) = msg.0 {
+            self.region_gone(&m.node).await;
+        }
+    }
+
+    async fn on_tick(&mut self, _msg: RebalanceTick, ctx: &mut Context<Self>) {
+        // HostShard not confirmed in time: ask again.
+        let now = Instant::now();
+        let late: Vec<(ShardId, RegionId)> = self
+            .unconfirmed
+            .iter()
+            .filter(|(_, (_, at))| now.duration_since(*at) >= self.settings.shard_start_timeout)
+            .map(|(s, (r, _))| (s.clone(), r.clone()))
+            .collect();
+        for (shard, region) in late {
+            self.unconfirmed
+                .insert(shard.clone(), (region.clone(), now));
+            self.tell_region(&region, HostShard { shard });
+        }
+        // Hand-offs that stalled.
+        let stalled: Vec<(ShardId, HandOffProgress)> = self
+            .rebalancing
+            .iter_mut()
+            .filter_map(|(s, w)| {
+                w.check_timeout(now, self.settings.handoff_timeout)
+                    .map(|p| (s.clone(), p))
+            })
+            .collect();
+        for (s, p) in stalled {
+            self.advance(&s, p, ctx).await;
+        }
+        if !self.rebalancing.is_empty() {
+            return;
+        }
+        // Graceful shutdowns whose shards were allocated meanwhile.
+        let leaving: Vec<ShardId> = self
+            .shutting_down
+            .iter()
+            .flat_map(|r| self.state.regions.get(r).cloned().unwrap_or_default())
+            .collect();
+        for s in leaving {
+            self.start_hand_off(s, ctx);
+        }
+        if !self.rebalancing.is_empty() {
+            return;
+        }
+        let current = self.state.allocations(|r| self.member_status(r).is_some());
+        let me = self.cluster.self_node().clone();
+        let view = ClusterView::new(&self.cluster_state, &me);
+        let in_progress = BTreeSet::new();
+        let moves = self.strategy.rebalance(&current, &in_progress, &view);
+        if !moves.is_empty() {
+            tracing::info!(
+                "sharding: rebalancing {} shards of `{}`",
+                moves.len(),
+                E::TYPE_NAME
+            );
+        }
+        for s in moves {
+            self.start_hand_off(s, ctx);
+        }
+    }
+}
+
+impl<E: Entity> ShardCoordinator<E> {
+    fn homes(&self) -> Vec<(ShardId, RegionId)> {
+        self.state
+            .shards
+            .iter()
+            .map(|(s, r)| (s.clone(), r.clone()))
+            .collect()
+    }
+}

@@ -1,0 +1,323 @@
+//! A message on its way to one entity, with its reply channel, whatever
+//! its type: what regions buffer and shards hand to entities. Typed when
+//! it was sent on this node, encoded when it came from another.
+
+use crate::entity::Entity;
+use crate::extractor::{EntityId, ShardId};
+use crate::protocol::ShardEnvelope;
+use crate::region::{Region, ShardRoute};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::sync::Arc;
+use troupe_core::{
+    ActorRef, ActorSystem, AskError, DeliverError, EncodedReply, Handler, Message, Replier,
+    TellError,
+};
+
+/// A message for entity `entity` of type `E`.
+pub(crate) struct Delivery<E: Entity> {
+    pub(crate) entity: EntityId,
+    pub(crate) body: Box<dyn Body<E>>,
+    /// The route whose in-flight count includes this message while it
+    /// travels through the region or shard actors (see `ShardRoute`).
+    counted: Counted<E>,
+}
+
+/// Leaves the route's in-flight count when the message is delivered or
+/// dropped.
+struct Counted<E: Entity>(Option<Arc<ShardRoute<E>>>);
+
+impl<E: Entity> Drop for Counted<E> {
+    fn drop(&mut self) {
+        if let Some(route) = self.0.take() {
+            route.leave();
+        }
+    }
+}
+
+impl<E: Entity> Delivery<E> {
+    pub(crate) fn new(entity: EntityId, body: Box<dyn Body<E>>) -> Self {
+        Delivery {
+            entity,
+            body,
+            counted: Counted(None),
+        }
+    }
+
+    /// Counts this message in `route` until it is delivered or dropped.
+    pub(crate) fn count_in(&mut self, route: &Arc<ShardRoute<E>>) {
+        if self.counted.0.is_none() {
+            route.enter();
+            self.counted.0 = Some(route.clone());
+        }
+    }
+
+    /// True while this message counts in its route's in-flight count.
+    pub(crate) fn is_counted(&self) -> bool {
+        self.counted.0.is_some()
+    }
+
+    /// Queues the message for a local entity; on failure (the entity
+    /// stopped meanwhile) hands it back.
+    pub(crate) fn deliver_local(self, system: &ActorSystem, to: &ActorRef<E>) -> Result<(), Self> {
+        let Delivery {
+            entity,
+            body,
+            counted,
+        } = self;
+        body.deliver_local(system, to).map_err(|body| Delivery {
+            entity,
+            body,
+            counted,
+        })
+    }
+
+    /// Sends the message to the region of another node.
+    pub(crate) fn send_remote(
+        self,
+        system: &ActorSystem,
+        shard: &ShardId,
+        to: &ActorRef<Region<E>>,
+    ) {
+        let Delivery { entity, body, .. } = self;
+        body.send_remote(system, entity, shard, to);
+    }
+
+    /// Tells the asker (if any) why the message was not delivered.
+    pub(crate) fn fail(self, error: AskError) {
+        tracing::debug!(
+            "sharding: a `{}` for entity `{}` of type `{}` was not delivered: {error}",
+            self.body.manifest(),
+            self.entity,
+            E::TYPE_NAME
+        );
+        self.body.fail(error);
+    }
+}
+
+impl<E: Entity> Delivery<E> {
+    /// The typed message back (for a refused send from this node).
+    pub(crate) fn into_typed<M: Message>(self) -> Typed<M> {
+        match self.body.into_any().downcast::<Typed<M>>() {
+            Ok(t) => *t,
+            Err(_) => unreachable!("a refused local send hands back its own typed message"),
+        }
+    }
+}
+
+/// The message itself, erased over its type.
+pub(crate) trait Body<E: Entity>: Send {
+    fn deliver_local(
+        self: Box<Self>,
+        system: &ActorSystem,
+        to: &ActorRef<E>,
+    ) -> Result<(), Box<dyn Body<E>>>;
+    fn send_remote(
+        self: Box<Self>,
+        system: &ActorSystem,
+        entity: EntityId,
+        shard: &ShardId,
+        to: &ActorRef<Region<E>>,
+    );
+    fn fail(self: Box<Self>, error: AskError);
+    fn manifest(&self) -> &str;
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
+}
+
+/// A message sent on this node, with its type.
+pub(crate) struct Typed<M: Message> {
+    pub(crate) msg: M,
+    pub(crate) reply: Option<Replier<M::Reply>>,
+}
+
+impl<E, M> Body<E> for Typed<M>
+where
+    E: Entity + Handler<M>,
+    M: Message + Serialize + DeserializeOwned,
+    M::Reply: Serialize + DeserializeOwned,
+{
+    fn deliver_local(
+        self: Box<Self>,
+        _system: &ActorSystem,
+        to: &ActorRef<E>,
+    ) -> Result<(), Box<dyn Body<E>>> {
+        let Typed { msg, reply } = *self;
+        to.forward(msg, reply, None).map_err(|e| {
+            Box::new(Typed {
+                msg: e.error.into_message(),
+                reply: e.reply,
+            }) as Box<dyn Body<E>>
+        })
+    }
+
+    fn send_remote(
+        self: Box<Self>,
+        system: &ActorSystem,
+        entity: EntityId,
+        shard: &ShardId,
+        to: &ActorRef<Region<E>>,
+    ) {
+        (*self).send_remote(system, entity, shard, to)
+    }
+
+    fn fail(self: Box<Self>, error: AskError) {
+        if let Some(r) = self.reply {
+            r.fail(error);
+        }
+    }
+
+    fn manifest(&self) -> &str {
+        M::manifest()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+impl<M> Typed<M>
+where
+    M: Message + Serialize + DeserializeOwned,
+    M::Reply: Serialize + DeserializeOwned,
+{
+    /// Encodes the message once and sends it to the region of another
+    /// node; the reply comes back encoded and is decoded for the asker.
+    pub(crate) fn send_remote<E: Entity>(
+        self,
+        system: &ActorSystem,
+        entity: EntityId,
+        shard: &ShardId,
+        to: &ActorRef<Region<E>>,
+    ) {
+        let Typed { msg, reply } = self;
+        let encoded = match system.encode_message(&msg) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(
+                    "sharding: a `{}` for entity `{entity}` cannot be sent to {to}: {e}",
+                    M::manifest()
+                );
+                if let Some(r) = reply {
+                    r.fail(AskError::NotSendable(e.to_string()));
+                }
+                return;
+            }
+        };
+        let envelope = ShardEnvelope {
+            entity,
+            shard: shard.clone(),
+            manifest: encoded.manifest.to_string(),
+            payload: encoded.bytes,
+        };
+        let system = system.clone();
+        let reply = reply.map(|r| {
+            r.map_from(move |enc: EncodedReply| {
+                system
+                    .decode_reply::<M>(&enc.0)
+                    .map_err(|e| AskError::Remote(e.to_string()))
+            })
+        });
+        forward_envelope(envelope, reply, to);
+    }
+}
+
+/// A message that came from another node, still encoded.
+pub(crate) struct Encoded {
+    pub(crate) manifest: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) reply: Option<Replier<EncodedReply>>,
+}
+
+impl<E: Entity> Body<E> for Encoded {
+    fn deliver_local(
+        self: Box<Self>,
+        system: &ActorSystem,
+        to: &ActorRef<E>,
+    ) -> Result<(), Box<dyn Body<E>>> {
+        if to.is_terminated() {
+            return Err(self);
+        }
+        let Encoded {
+            manifest,
+            payload,
+            reply,
+        } = *self;
+        match system.deliver_encoded(to, &manifest, &payload, reply, None) {
+            Ok(()) => Ok(()),
+            Err(DeliverError::UnknownManifest(m)) => {
+                tracing::error!(
+                    "sharding: entity type `{}` has no handler registered for manifest `{m}` on this \
+                     node (is the same version running everywhere?); message dropped",
+                    E::TYPE_NAME
+                );
+                Ok(())
+            }
+            Err(DeliverError::Undecodable(why)) => {
+                tracing::error!(
+                    "sharding: a `{manifest}` for entity type `{}` did not decode: {why}; message dropped",
+                    E::TYPE_NAME
+                );
+                Ok(())
+            }
+            Err(e) => {
+                // Stopped between the check and the send: the entity
+                // stopped by itself (rare). The message and its reply
+                // channel are gone with the mailbox.
+                tracing::warn!("sharding: a `{manifest}` for {to} was not delivered: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    fn send_remote(
+        self: Box<Self>,
+        _system: &ActorSystem,
+        entity: EntityId,
+        shard: &ShardId,
+        to: &ActorRef<Region<E>>,
+    ) {
+        let Encoded {
+            manifest,
+            payload,
+            reply,
+        } = *self;
+        let envelope = ShardEnvelope {
+            entity,
+            shard: shard.clone(),
+            manifest,
+            payload,
+        };
+        forward_envelope(envelope, reply, to);
+    }
+
+    fn fail(self: Box<Self>, error: AskError) {
+        if let Some(r) = self.reply {
+            r.fail(error);
+        }
+    }
+
+    fn manifest(&self) -> &str {
+        &self.manifest
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+fn forward_envelope<E: Entity>(
+    envelope: ShardEnvelope,
+    reply: Option<Replier<EncodedReply>>,
+    to: &ActorRef<Region<E>>,
+) {
+    if let Err(e) = to.forward(envelope, reply, None) {
+        let why = match &e.error {
+            TellError::NotSendable(_, why) => why.clone(),
+            other => other.to_string(),
+        };
+        tracing::warn!("sharding: cannot send to region {to}: {why}");
+        if let Some(r) = e.reply {
+            r.fail(AskError::Remote(why));
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The messages between regions and the coordinator, named as in Akka's
+//! `ShardCoordinator.Internal`, and the envelope that carries an entity's
+//! message to the region of another node.
+
+use crate::allocation::RegionId;
+use crate::extractor::{EntityId, ShardId};
+use serde::{Deserialize, Serialize};
+use troupe_core::{EncodedReply, Message};
+
+// ---- region -> coordinator ----
+
+/// A region that hosts shards registers (repeated every `retry-interval`
+/// until acknowledged).
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.Register")]
+pub(crate) struct Register {
+    pub(crate) region: RegionId,
+}
+
+/// A proxy-only region registers (it hosts nothing, but must hear of
+/// hand-offs).
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.RegisterProxy")]
+pub(crate) struct RegisterProxy {
+    pub(crate) region: RegionId,
+}
+
+/// Where is this shard? (the coordinator allocates it if it has no home)
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.GetShardHome")]
+pub(crate) struct GetShardHome {
+    pub(crate) shard: ShardId,
+    pub(crate) region: RegionId,
+}
+
+/// The region started the shard it was told to host.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.ShardStarted")]
+pub(crate) struct ShardStarted {
+    pub(crate) shard: ShardId,
+    pub(crate) region: RegionId,
+}
+
+/// The region buffers messages for a shard being handed off.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.BeginHandOffAck")]
+pub(crate) struct BeginHandOffAck {
+    pub(crate) shard: ShardId,
+    pub(crate) region: RegionId,
+}
+
+/// The shard's entities have all stopped: it can move.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.ShardStopped")]
+pub(crate) struct ShardStopped {
+    pub(crate) shard: ShardId,
+    pub(crate) region: RegionId,
+}
+
+/// A region is shutting down: hand off all its shards.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.GracefulShutdownReq")]
+pub(crate) struct GracefulShutdownReq {
+    pub(crate) region: RegionId,
+}
+
+/// A region stopped (after its graceful shutdown).
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.RegionStopped")]
+pub(crate) struct RegionStopped {
+    pub(crate) region: RegionId,
+}
+
+// ---- coordinator -> region ----
+
+/// Registration accepted; with every shard home known.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.RegisterAck")]
+pub(crate) struct RegisterAck {
+    pub(crate) homes: Vec<(ShardId, RegionId)>,
+}
+
+/// The home of a shard.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.ShardHome")]
+pub(crate) struct ShardHome {
+    pub(crate) shard: ShardId,
+    pub(crate) region: RegionId,
+}
+
+/// Start hosting this shard.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.HostShard")]
+pub(crate) struct HostShard {
+    pub(crate) shard: ShardId,
+}
+
+/// A hand-off of this shard begins: buffer its messages.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.BeginHandOff")]
+pub(crate) struct BeginHandOff {
+    pub(crate) shard: ShardId,
+}
+
+/// Stop the shard's entities and report `ShardStopped`.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.HandOff")]
+pub(crate) struct HandOff {
+    pub(crate) shard: ShardId,
+}
+
+// ---- region -> region ----
+
+/// An entity's message on its way to the region that hosts the entity:
+/// the entity type's name, the entity and shard ids, and the message as
+/// its manifest and bytes. The reply (for an ask) travels back encoded.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.ShardEnvelope", reply = EncodedReply)]
+pub(crate) struct ShardEnvelope {
+    pub(crate) entity: EntityId,
+    pub(crate) shard: ShardId,
+    pub(crate) manifest: String,
+    #[serde(with = "serde_bytes")]
+    pub(crate) payload: Vec<u8>,
+}

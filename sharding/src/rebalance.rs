@@ -1,0 +1,161 @@
+//! One hand-off of one shard, as the coordinator drives it (Pekko's
+//! `RebalanceWorker`): every region and proxy is told `BeginHandOff` and
+//! starts buffering the shard's messages; once all have acknowledged (or
+//! `handoff-timeout` has passed), the shard's home region is told
+//! `HandOff`; it stops the entities and answers `ShardStopped`.
+
+use crate::allocation::RegionId;
+use crate::extractor::ShardId;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// What the coordinator must do next for a hand-off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HandOffProgress {
+    /// Nothing yet.
+    Waiting,
+    /// Every region buffers: tell the home region to hand off.
+    SendHandOff(RegionId),
+    /// The shard has stopped (or its home is gone): it can be allocated.
+    Done,
+    /// The home region did not stop the shard in time: it stays there.
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for `BeginHandOffAck`s.
+    Acking,
+    /// `HandOff` sent; waiting for `ShardStopped`.
+    Stopping,
+}
+
+/// The state of one hand-off.
+#[derive(Debug)]
+pub(crate) struct RebalanceWorker {
+    from: RegionId,
+    pending: BTreeSet<RegionId>,
+    phase: Phase,
+    since: Instant,
+}
+
+impl RebalanceWorker {
+    pub(crate) fn new(
+        _shard: ShardId,
+        from: RegionId,
+        routers: impl IntoIterator<Item = RegionId>,
+    ) -> Self {
+        RebalanceWorker {
+            from,
+            pending: routers.into_iter().collect(),
+            phase: Phase::Acking,
+            since: Instant::now(),
+        }
+    }
+
+    /// The region the shard leaves.
+    pub(crate) fn from(&self) -> &RegionId {
+        &self.from
+    }
+
+    fn begin_stopping(&mut self) -> HandOffProgress {
+        self.phase = Phase::Stopping;
+        self.since = Instant::now();
+        HandOffProgress::SendHandOff(self.from.clone())
+    }
+
+    pub(crate) fn acked(&mut self, region: &RegionId) -> HandOffProgress {
+        self.pending.remove(region);
+        if self.phase == Phase::Acking && self.pending.is_empty() {
+            self.begin_stopping()
+        } else {
+            HandOffProgress::Waiting
+        }
+    }
+
+    pub(crate) fn stopped(&mut self, region: &RegionId) -> HandOffProgress {
+        if *region == self.from {
+            HandOffProgress::Done
+        } else {
+            HandOffProgress::Waiting
+        }
+    }
+
+    /// A region (or its node) is gone.
+    pub(crate) fn region_gone(&mut self, region: &RegionId) -> HandOffProgress {
+        if *region == self.from {
+            return HandOffProgress::Done;
+        }
+        self.acked(region)
+    }
+
+    /// Acknowledgements that do not come within `timeout` are not waited
+    /// for (their regions are unreachable, and will forward to the old home
+    /// which buffers and forwards); a shard that does not stop within
+    /// twice the timeout stays where it is.
+    pub(crate) fn check_timeout(
+        &mut self,
+        now: Instant,
+        timeout: Duration,
+    ) -> Option<HandOffProgress> {
+        let waited = now.duration_since(self.since);
+        match self.phase {
+            Phase::Acking if waited >= timeout => Some(self.begin_stopping()),
+            Phase::Stopping if waited >= 2 * timeout => Some(HandOffProgress::Failed),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use troupe_cluster::UniqueAddress;
+
+    fn region(port: u16) -> RegionId {
+        UniqueAddress::new(
+            format!("troupe://s@127.0.0.1:{port}").parse().unwrap(),
+            u64::from(port),
+        )
+    }
+
+    #[test]
+    fn hand_off_waits_for_every_ack_then_for_the_home() {
+        let (a, b, c) = (region(1), region(2), region(3));
+        let mut w = RebalanceWorker::new("s".into(), a.clone(), [a.clone(), b.clone(), c.clone()]);
+        assert_eq!(w.acked(&a), HandOffProgress::Waiting);
+        assert_eq!(
+            w.stopped(&a),
+            HandOffProgress::Done,
+            "a stopped shard is done whatever the acks"
+        );
+        assert_eq!(w.acked(&b), HandOffProgress::Waiting);
+        assert_eq!(w.region_gone(&c), HandOffProgress::SendHandOff(a.clone()));
+        assert_eq!(w.stopped(&b), HandOffProgress::Waiting);
+        assert_eq!(w.stopped(&a), HandOffProgress::Done);
+    }
+
+    #[test]
+    fn silent_regions_are_not_waited_for_forever() {
+        let (a, b) = (region(1), region(2));
+        let mut w = RebalanceWorker::new("s".into(), a.clone(), [a.clone(), b.clone()]);
+        let t = Duration::from_secs(1);
+        let start = Instant::now();
+        assert_eq!(w.check_timeout(start, t), None);
+        assert_eq!(
+            w.check_timeout(start + 2 * t, t),
+            Some(HandOffProgress::SendHandOff(a.clone()))
+        );
+        assert_eq!(
+            w.check_timeout(Instant::now() + 3 * t, t),
+            Some(HandOffProgress::Failed)
+        );
+    }
+
+    #[test]
+    fn the_home_going_away_finishes_the_hand_off() {
+        let (a, b) = (region(1), region(2));
+        let mut w = RebalanceWorker::new("s".into(), a.clone(), [a.clone(), b.clone()]);
+        assert_eq!(w.region_gone(&a), HandOffProgress::Done);
+    }
+}

@@ -1,0 +1,735 @@
+//! The shard region: one per entity type per node. It knows where each
+//! shard lives, hosts the local shards, buffers messages for shards whose
+//! home is unknown or being handed off, and talks to the coordinator.
+//!
+//! The hot path does not go through the region actor. The region
+//! publishes each shard's home in a [`ShardRoute`] that senders read
+//! without contention (a read lock per shard, written only when the home
+//! changes): a message for an active local entity is queued straight into
+//! its mailbox, and one for a remote shard is encoded once and sent to that
+//! node's region. Only messages for shards that are unknown, being
+//! allocated or handed off, or for entities that are not running, go
+//! through the region (and the shard) actors.
+//!
+//! Order per sender is kept across the two paths by a count of messages in
+//! flight through the actors per shard: while it is not zero, senders take
+//! the actor path too, so a direct message can never overtake one that
+//! went the slow way.
+
+use crate::allocation::RegionId;
+use crate::coordinator::ShardCoordinator;
+use crate::delivery::{Delivery, Encoded, Typed};
+use crate::entity::Entity;
+use crate::extractor::{EntityId, ShardId, ShardIdExtractor};
+use crate::protocol::*;
+use crate::queries::{CurrentShardRegionState, GetRegionState, ShardState};
+use crate::settings::ShardingSettings;
+use crate::shard::{Shard, ShardHandOff, ShardStart};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Instant;
+use troupe_cluster::singleton::SingletonProxy;
+use troupe_core::prelude::*;
+use troupe_core::{AskError, EncodedReply, Props, Replier};
+
+/// The region actor's name under `/system`.
+pub(crate) fn region_name(type_name: &str) -> String {
+    format!("sharding-{type_name}")
+}
+
+/// Where one shard lives, as senders see it.
+pub(crate) struct ShardRoute<E: Entity> {
+    pub(crate) shard: ShardId,
+    home: RwLock<Home<E>>,
+    /// Messages of this shard travelling through the region or shard
+    /// actors; while not zero, senders do not take the direct path.
+    in_flight: AtomicUsize,
+}
+
+/// A shard's home.
+pub(crate) enum Home<E: Entity> {
+    /// Not known, being allocated, or being handed off: buffer.
+    Unknown,
+    /// Here.
+    Local(Arc<LocalShard<E>>),
+    /// In the region of another node.
+    Remote(ActorRef<Region<E>>),
+}
+
+/// The part of a local shard that senders read: its active entities.
+pub(crate) struct LocalShard<E: Entity> {
+    pub(crate) entities: RwLock<HashMap<EntityId, ActorRef<E>>>,
+}
+
+impl<E: Entity> ShardRoute<E> {
+    fn new(shard: ShardId) -> Self {
+        ShardRoute {
+            shard,
+            home: RwLock::new(Home::Unknown),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn enter(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn leave(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn quiet(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0
+    }
+
+    /// Changes the home. Takes the write lock, so every direct send that
+    /// read the old home has finished queueing when this returns.
+    fn set_home(&self, home: Home<E>) {
+        *self.home.write().unwrap_or_else(|e| e.into_inner()) = home;
+    }
+
+    fn read_home(&self) -> std::sync::RwLockReadGuard<'_, Home<E>> {
+        self.home.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What the senders of one entity type on this node share with its region.
+pub(crate) struct RegionShared<E: Entity> {
+    pub(crate) system: ActorSystem,
+    pub(crate) extractor: Arc<dyn ShardIdExtractor>,
+    pub(crate) settings: ShardingSettings,
+    routes: RwLock<HashMap<ShardId, Arc<ShardRoute<E>>>>,
+    pub(crate) region: OnceLock<ActorRef<Region<E>>>,
+    /// Messages in the region's buffers (checked by senders against
+    /// `buffer_size`).
+    buffered: AtomicUsize,
+    /// Messages refused because the buffer was full.
+    pub(crate) dropped: AtomicU64,
+    /// Rate limit of the buffer-full log line (seconds since `start`).
+    last_drop_log: AtomicU64,
+    start: Instant,
+}
+
+/// Why the region refused a message.
+pub(crate) enum Refused {
+    BufferFull,
+    RegionStopped,
+}
+
+impl<E: Entity> RegionShared<E> {
+    pub(crate) fn new(
+        system: ActorSystem,
+        extractor: Arc<dyn ShardIdExtractor>,
+        settings: ShardingSettings,
+    ) -> Self {
+        RegionShared {
+            system,
+            extractor,
+            settings,
+            routes: RwLock::new(HashMap::new()),
+            region: OnceLock::new(),
+            buffered: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            last_drop_log: AtomicU64::new(u64::MAX),
+            start: Instant::now(),
+        }
+    }
+
+    /// The route of `shard` (created on first use; routes are never
+    /// removed: there are at most as many as shards).
+    pub(crate) fn route(&self, shard: &ShardId) -> Arc<ShardRoute<E>> {
+        if let Some(r) = self
+            .routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(shard)
+        {
+            return r.clone();
+        }
+        self.routes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(shard.clone())
+            .or_insert_with(|| Arc::new(ShardRoute::new(shard.clone())))
+            .clone()
+    }
+
+    /// The route of the entity's shard.
+    pub(crate) fn route_of(&self, entity: &str) -> Arc<ShardRoute<E>> {
+        self.route(&self.extractor.shard_id(entity))
+    }
+
+    /// Sends a typed message to an entity directly when its home is known
+    /// and nothing of its shard is in flight through the actors; hands the
+    /// message back when it must go through the region. No allocation on
+    /// this path for a local entity.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn try_direct<M>(
+        &self,
+        route: &ShardRoute<E>,
+        entity: &EntityId,
+        msg: M,
+        reply: Option<Replier<M::Reply>>,
+    ) -> Result<(), (M, Option<Replier<M::Reply>>)>
+    where
+        E: Handler<M>,
+        M: Message + serde::Serialize + serde::de::DeserializeOwned,
+        M::Reply: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        if !route.quiet() {
+            return Err((msg, reply));
+        }
+        let home = route.read_home();
+        match &*home {
+            Home::Local(local) => {
+                let entities = local.entities.read().unwrap_or_else(|e| e.into_inner());
+                match entities.get(entity) {
+                    // Stopped by itself: the shard restarts it.
+                    Some(actor) => actor
+                        .forward(msg, reply, None)
+                        .map_err(|e| (e.error.into_message(), e.reply)),
+                    None => Err((msg, reply)),
+                }
+            }
+            Home::Remote(region) => {
+                Typed { msg, reply }.send_remote(
+                    &self.system,
+                    entity.clone(),
+                    &route.shard,
+                    region,
+                );
+                Ok(())
+            }
+            Home::Unknown => Err((msg, reply)),
+        }
+    }
+
+    /// Sends a message through the region (which buffers it while the
+    /// shard's home is unknown).
+    pub(crate) fn send_slow(
+        &self,
+        route: &Arc<ShardRoute<E>>,
+        mut delivery: Delivery<E>,
+    ) -> Result<(), (Refused, Delivery<E>)> {
+        if self.buffered.load(Ordering::Relaxed) >= self.settings.buffer_size {
+            self.note_overflow();
+            return Err((Refused::BufferFull, delivery));
+        }
+        let Some(region) = self.region.get() else {
+            return Err((Refused::RegionStopped, delivery));
+        };
+        delivery.count_in(route);
+        region
+            .tell(Route(route.clone(), delivery))
+            .map_err(|e| (Refused::RegionStopped, e.into_message().1))
+    }
+
+    /// Counts a refused message and logs it (at most once a second).
+    pub(crate) fn note_overflow(&self) {
+        let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = self.start.elapsed().as_secs();
+        let last = self.last_drop_log.load(Ordering::Relaxed);
+        if (last == u64::MAX || now > last)
+            && self
+                .last_drop_log
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                "sharding: the region of `{}` has {} messages buffered (buffer-size {}); \
+                 {n} messages refused so far",
+                E::TYPE_NAME,
+                self.buffered.load(Ordering::Relaxed),
+                self.settings.buffer_size
+            );
+        }
+    }
+}
+
+/// A message that could not take the direct path (local, never on the
+/// wire).
+#[derive(Message)]
+pub(crate) struct Route<E: Entity>(pub(crate) Arc<ShardRoute<E>>, pub(crate) Delivery<E>);
+
+/// The retry timer: register, and ask again for unanswered shard homes.
+#[derive(Message, Clone)]
+pub(crate) struct Retry;
+
+/// A local shard finished its hand-off; with the messages it still held.
+#[derive(Message)]
+pub(crate) struct ShardTerminated<E: Entity> {
+    pub(crate) shard: ShardId,
+    pub(crate) leftovers: Vec<Delivery<E>>,
+}
+
+/// A shard that is handing off returns a message to the region.
+#[derive(Message)]
+pub(crate) struct Rebuffer<E: Entity>(pub(crate) ShardId, pub(crate) Delivery<E>);
+
+/// Hand off every shard of this region, then stop (the region's phase of
+/// the coordinated shutdown). Replies when the region has stopped.
+#[derive(Message)]
+pub(crate) struct GracefulShutdown;
+
+/// Whether the region has registered with the coordinator.
+#[derive(Message)]
+#[message(reply = bool)]
+pub(crate) struct IsRegistered;
+
+/// A shard hosted here: its actor and what senders read of it.
+type HostedShard<E> = (ActorRef<Shard<E>>, Arc<LocalShard<E>>);
+
+/// The shard region of entity type `E` on this node.
+pub struct Region<E: Entity> {
+    shared: Arc<RegionShared<E>>,
+    me: RegionId,
+    coordinator: SingletonProxy<ShardCoordinator<E>>,
+    proxy_only: bool,
+    registered: bool,
+    factory: crate::sharding::EntityFactory<E>,
+    buffers: HashMap<ShardId, VecDeque<Delivery<E>>>,
+    /// Shards hosted here.
+    shards: HashMap<ShardId, HostedShard<E>>,
+    /// Shards whose hand-off has begun and whose new home is not known.
+    handing_off: HashSet<ShardId>,
+    /// Shards whose home was asked for (and when).
+    requested: HashMap<ShardId, Instant>,
+    /// Waiting for the graceful shutdown to complete.
+    shutting_down: Option<Vec<Replier<()>>>,
+}
+
+impl<E: Entity> Actor for Region<E> {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        let _ = self.shared.region.set(ctx.myself().clone());
+        ctx.start_periodic_timer("retry", Retry, self.shared.settings.retry_interval);
+        self.register();
+    }
+
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        for (_, buffer) in self.buffers.drain() {
+            for d in buffer {
+                d.fail(AskError::Stopped);
+            }
+        }
+        self.shared.buffered.store(0, Ordering::Relaxed);
+    }
+}
+
+impl<E: Entity> Region<E> {
+    pub(crate) fn new(
+        shared: Arc<RegionShared<E>>,
+        me: RegionId,
+        coordinator: SingletonProxy<ShardCoordinator<E>>,
+        proxy_only: bool,
+        factory: crate::sharding::EntityFactory<E>,
+    ) -> Self {
+        Region {
+            shared,
+            me,
+            coordinator,
+            proxy_only,
+            registered: false,
+            factory,
+            buffers: HashMap::new(),
+            shards: HashMap::new(),
+            handing_off: HashSet::new(),
+            requested: HashMap::new(),
+            shutting_down: None,
+        }
+    }
+
+    fn register(&self) {
+        let region = self.me.clone();
+        let sent = if self.proxy_only {
+            self.coordinator.tell(RegisterProxy { region })
+        } else {
+            self.coordinator.tell(Register { region })
+        };
+        if sent.is_err() {
+            tracing::debug!(
+                "sharding: the coordinator proxy of `{}` has stopped",
+                E::TYPE_NAME
+            );
+        }
+    }
+
+    fn request_home(&mut self, shard: &ShardId) {
+        let now = Instant::now();
+        let due = self
+            .requested
+            .get(shard)
+            .is_none_or(|at| now.duration_since(*at) >= self.shared.settings.retry_interval);
+        if due && self.registered {
+            self.requested.insert(shard.clone(), now);
+            let _ = self.coordinator.tell(GetShardHome {
+                shard: shard.clone(),
+                region: self.me.clone(),
+            });
+        }
+    }
+
+    /// Routes one message that came through the actor.
+    fn route(&mut self, route: &Arc<ShardRoute<E>>, mut delivery: Delivery<E>) {
+        let shard = &route.shard;
+        if self.handing_off.contains(shard) || self.buffers.contains_key(shard) {
+            return self.buffer(route, delivery);
+        }
+        let home = route.read_home();
+        match &*home {
+            Home::Local(local) => {
+                // Straight to a running entity when nothing is in flight
+                // (this message itself counts when it came the slow way).
+                let counted_self = usize::from(delivery.is_counted());
+                if route.in_flight.load(Ordering::Acquire) == counted_self {
+                    let entities = local.entities.read().unwrap_or_else(|e| e.into_inner());
+                    if let Some(entity) = entities.get(&delivery.entity) {
+                        match delivery.deliver_local(&self.shared.system, entity) {
+                            Ok(()) => return,
+                            Err(d) => delivery = d,
+                        }
+                    }
+                }
+                drop(home);
+                delivery.count_in(route);
+                match self.shards.get(shard) {
+                    Some((actor, _)) => {
+                        if let Err(e) = actor.tell(crate::shard::Deliver(delivery)) {
+                            // The shard stopped (hand-off finished): buffer.
+                            let crate::shard::Deliver(d) = e.into_message();
+                            self.buffer(route, d);
+                        }
+                    }
+                    None => self.buffer(route, delivery),
+                }
+            }
+            Home::Remote(region) => delivery.send_remote(&self.shared.system, shard, region),
+            Home::Unknown => {
+                drop(home);
+                self.buffer(route, delivery);
+            }
+        }
+    }
+
+    fn buffer(&mut self, route: &Arc<ShardRoute<E>>, mut delivery: Delivery<E>) {
+        let total = self.shared.buffered.load(Ordering::Relaxed);
+        if total >= self.shared.settings.buffer_size && !delivery.is_counted() {
+            self.shared.note_overflow();
+            delivery.fail(AskError::MailboxFull);
+            return;
+        }
+        delivery.count_in(route);
+        self.shared.buffered.fetch_add(1, Ordering::Relaxed);
+        self.buffers
+            .entry(route.shard.clone())
+            .or_default()
+            .push_back(delivery);
+        if !self.handing_off.contains(&route.shard) {
+            self.request_home(&route.shard.clone());
+        }
+    }
+
+    fn take_buffer(&mut self, shard: &ShardId) -> VecDeque<Delivery<E>> {
+        let b = self.buffers.remove(shard).unwrap_or_default();
+        self.shared.buffered.fetch_sub(b.len(), Ordering::Relaxed);
+        b
+    }
+
+    /// Starts hosting `shard` (if not already) and returns its actor.
+    fn start_shard(
+        &mut self,
+        shard: &ShardId,
+        ctx: &mut Context<Self>,
+    ) -> Option<ActorRef<Shard<E>>> {
+        if let Some((actor, _)) = self.shards.get(shard) {
+            return Some(actor.clone());
+        }
+        if self.proxy_only {
+            tracing::error!(
+                "sharding: proxy-only region of `{}` was asked to host shard {shard}",
+                E::TYPE_NAME
+            );
+            return None;
+        }
+        let local = Arc::new(LocalShard {
+            entities: RwLock::new(HashMap::new()),
+        });
+        let props = Props::new(Shard::new(ShardStart {
+            shard: shard.clone(),
+            local: local.clone(),
+            region: ctx.myself().clone(),
+            system: self.shared.system.clone(),
+            factory: self.factory.clone(),
+            settings: self.shared.settings.clone(),
+        }));
+        match ctx.spawn_props(props) {
+            Ok(actor) => {
+                self.shards.insert(shard.clone(), (actor.clone(), local));
+                Some(actor)
+            }
+            Err(e) => {
+                tracing::error!(
+                    "sharding: cannot start shard {shard} of `{}`: {e}",
+                    E::TYPE_NAME
+                );
+                None
+            }
+        }
+    }
+
+    /// The home of `shard` is `region`: publish it and deliver what was
+    /// buffered, in order.
+    fn home_known(&mut self, shard: ShardId, region: RegionId, ctx: &mut Context<Self>) {
+        self.requested.remove(&shard);
+        self.handing_off.remove(&shard);
+        let route = self.shared.route(&shard);
+        if region == self.me {
+            let Some(actor) = self.start_shard(&shard, ctx) else {
+                return;
+            };
+            let local = self.shards[&shard].1.clone();
+            route.set_home(Home::Local(local));
+            for d in self.take_buffer(&shard) {
+                if let Err(e) = actor.tell(crate::shard::Deliver(d)) {
+                    e.into_message().0.fail(AskError::Stopped);
+                }
+            }
+        } else {
+            if self.shards.contains_key(&shard) {
+                tracing::warn!(
+                    "sharding: shard {shard} of `{}` is hosted here but the coordinator says {region}",
+                    E::TYPE_NAME
+                );
+            }
+            let path = format!("{}/system/{}", region.address, region_name(E::TYPE_NAME));
+            let remote = match self.shared.system.resolve::<Region<E>>(&path) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("sharding: cannot reach region {path}: {e}");
+                    return;
+                }
+            };
+            route.set_home(Home::Remote(remote.clone()));
+            for d in self.take_buffer(&shard) {
+                d.send_remote(&self.shared.system, &shard, &remote);
+            }
+        }
+    }
+
+    fn finish_shutdown_if_done(&mut self, ctx: &mut Context<Self>) {
+        if self.shutting_down.is_some() && self.shards.is_empty() {
+            let _ = self.coordinator.tell(RegionStopped {
+                region: self.me.clone(),
+            });
+            for r in self.shutting_down.take().unwrap_or_default() {
+                r.send(());
+            }
+            ctx.stop();
+        }
+    }
+}
+
+#[handlers]
+impl<E: Entity> Region<E> {
+    async fn on_route(&mut self, msg: Route<E>) {
+        let Route(route, delivery) = msg;
+        self.route(&route, delivery);
+    }
+
+    async fn on_retry(&mut self, _msg: Retry) {
+        if !self.registered {
+            self.register();
+        }
+        let waiting: Vec<ShardId> = self
+            .buffers
+            .keys()
+            .filter(|s| !self.handing_off.contains(*s))
+            .cloned()
+            .collect();
+        for s in waiting {
+            self.request_home(&s);
+        }
+    }
+
+    async fn on_register_ack(&mut self, msg: RegisterAck, ctx: &mut Context<Self>) {
+        if !self.registered {
+            tracing::info!(
+                "sharding: region of `{}` on {} registered with the coordinator",
+                E::TYPE_NAME,
+                self.me
+            );
+        }
+        self.registered = true;
+        for (shard, region) in msg.homes {
+            // A home that this region does not host yet is started only
+            // when the coordinator says HostShard (or a message needs it).
+            if region == self.me && !self.shards.contains_key(&shard) {
+                continue;
+            }
+            self.home_known(shard, region, ctx);
+        }
+        let waiting: Vec<ShardId> = self.buffers.keys().cloned().collect();
+        for s in waiting {
+            self.requested.remove(&s);
+            self.request_home(&s);
+        }
+    }
+
+    async fn on_shard_home(&mut self, msg: ShardHome, ctx: &mut Context<Self>) {
+        self.home_known(msg.shard, msg.region, ctx);
+    }
+
+    async fn on_host_shard(&mut self, msg: HostShard, ctx: &mut Context<Self>) {
+        let shard = msg.shard;
+        if self.start_shard(&shard, ctx).is_some() {
+            let me = self.me.clone();
+            self.home_known(shard.clone(), me.clone(), ctx);
+            let _ = self.coordinator.tell(ShardStarted { shard, region: me });
+        }
+    }
+
+    async fn on_begin_hand_off(&mut self, msg: BeginHandOff) {
+        let shard = msg.shard;
+        self.shared.route(&shard).set_home(Home::Unknown);
+        self.requested.remove(&shard);
+        self.handing_off.insert(shard.clone());
+        let _ = self.coordinator.tell(BeginHandOffAck {
+            shard,
+            region: self.me.clone(),
+        });
+    }
+
+    async fn on_hand_off(&mut self, msg: HandOff) {
+        let shard = msg.shard;
+        self.handing_off.insert(shard.clone());
+        self.shared.route(&shard).set_home(Home::Unknown);
+        match self.shards.get(&shard) {
+            Some((actor, _)) => {
+                if actor.tell(ShardHandOff).is_err() {
+                    self.shards.remove(&shard);
+                    let _ = self.coordinator.tell(ShardStopped {
+                        shard,
+                        region: self.me.clone(),
+                    });
+                }
+            }
+            None => {
+                let _ = self.coordinator.tell(ShardStopped {
+                    shard,
+                    region: self.me.clone(),
+                });
+            }
+        }
+    }
+
+    async fn on_shard_terminated(&mut self, msg: ShardTerminated<E>, ctx: &mut Context<Self>) {
+        let ShardTerminated { shard, leftovers } = msg;
+        self.shards.remove(&shard);
+        // What the shard still held was sent before anything buffered
+        // here since the hand-off began: it goes first.
+        let route = self.shared.route(&shard);
+        let later = self.take_buffer(&shard);
+        for d in leftovers.into_iter().chain(later) {
+            self.buffer(&route, d);
+        }
+        let _ = self.coordinator.tell(ShardStopped {
+            shard,
+            region: self.me.clone(),
+        });
+        self.finish_shutdown_if_done(ctx);
+    }
+
+    async fn on_rebuffer(&mut self, msg: Rebuffer<E>) {
+        let route = self.shared.route(&msg.0);
+        self.buffer(&route, msg.1);
+    }
+
+    async fn on_is_registered(&mut self, _msg: IsRegistered) -> bool {
+        self.registered
+    }
+
+    async fn on_state(&mut self, _msg: GetRegionState) -> CurrentShardRegionState {
+        let mut shards: Vec<ShardState> = self
+            .shards
+            .iter()
+            .map(|(id, (_, local))| {
+                let mut entity_ids: Vec<String> = local
+                    .entities
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .keys()
+                    .map(|e| e.to_string())
+                    .collect();
+                entity_ids.sort();
+                ShardState {
+                    shard_id: id.to_string(),
+                    entity_ids,
+                }
+            })
+            .collect();
+        shards.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        CurrentShardRegionState { shards }
+    }
+}
+
+impl<E: Entity> Handler<GracefulShutdown> for Region<E> {
+    async fn handle(&mut self, _msg: GracefulShutdown, _ctx: &mut Context<Self>) {}
+
+    async fn handle_with_reply(
+        &mut self,
+        _msg: GracefulShutdown,
+        reply: Option<Replier<()>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let first = self.shutting_down.is_none();
+        self.shutting_down
+            .get_or_insert_with(Vec::new)
+            .extend(reply);
+        if first {
+            tracing::info!(
+                "sharding: region of `{}` on {} hands off its {} shards",
+                E::TYPE_NAME,
+                self.me,
+                self.shards.len()
+            );
+            if !self.shards.is_empty() {
+                let _ = self.coordinator.tell(GracefulShutdownReq {
+                    region: self.me.clone(),
+                });
+            }
+        }
+        self.finish_shutdown_if_done(ctx);
+    }
+}
+
+/// An entity's message from another node: through the same routing as a
+/// local one (the shard may have moved again).
+impl<E: Entity> Handler<ShardEnvelope> for Region<E> {
+    async fn handle(&mut self, _msg: ShardEnvelope, _ctx: &mut Context<Self>) -> EncodedReply {
+        EncodedReply(Vec::new())
+    }
+
+    async fn handle_with_reply(
+        &mut self,
+        msg: ShardEnvelope,
+        reply: Option<Replier<EncodedReply>>,
+        _ctx: &mut Context<Self>,
+    ) {
+        let ShardEnvelope {
+            entity,
+            shard,
+            manifest,
+            payload,
+        } = msg;
+        let route = self.shared.route(&shard);
+        let delivery = Delivery::new(
+            entity,
+            Box::new(Encoded {
+                manifest,
+                payload,
+                reply,
+            }),
+        );
+        self.route(&route, delivery);
+    }
+}

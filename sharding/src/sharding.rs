@@ -1,0 +1,471 @@
+//! `ClusterSharding`: the extension that starts entity types on a node
+//! and hands out [`EntityRef`]s.
+
+use crate::allocation::{LeastShardAllocationStrategy, ShardAllocationStrategy};
+use crate::coordinator::ShardCoordinator;
+use crate::entity::{Entity, EntityRegistrar};
+use crate::entity_ref::EntityRef;
+use crate::error::ShardingError;
+use crate::extractor::{EntityId, HashShardIdExtractor, ShardIdExtractor};
+use crate::protocol::*;
+use crate::queries::{ClusterShardingStats, CurrentShardRegionState, GetRegionState};
+use crate::region::{region_name, GracefulShutdown, IsRegistered, Region, RegionShared};
+use crate::settings::ShardingSettings;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use troupe_cluster::coordinated_shutdown::{Phase, Reason};
+use troupe_cluster::ddata::Replicator;
+use troupe_cluster::singleton::{self, ClusterSingletonSettings};
+use troupe_cluster::Cluster;
+use troupe_core::prelude::*;
+use troupe_core::Props;
+
+/// Makes an entity from its id.
+type MakeEntity<E> = Arc<dyn Fn(EntityId) -> E + Send + Sync>;
+/// Tells an entity to stop for a hand-off.
+type StopEntity<E> = Arc<dyn Fn(&ActorRef<E>) + Send + Sync>;
+
+/// Makes an entity's actor from its id, and stops it for a hand-off.
+pub(crate) struct EntityFactory<E: Entity> {
+    pub(crate) make: MakeEntity<E>,
+    pub(crate) stop: StopEntity<E>,
+}
+
+impl<E: Entity> Clone for EntityFactory<E> {
+    fn clone(&self) -> Self {
+        EntityFactory {
+            make: self.make.clone(),
+            stop: self.stop.clone(),
+        }
+    }
+}
+
+/// How an entity type is started: how to make an entity from its id, how
+/// to stop it for a hand-off, how ids map to shards, and where shards go.
+///
+/// ```
+/// use troupe_sharding::{EntityConfig, HashShardIdExtractor};
+/// # use troupe_core::prelude::*;
+/// # #[derive(Default)] struct Counter { id: String }
+/// # impl Actor for Counter {}
+/// # #[troupe_sharding::entity(name = "doc-counter")] impl Counter {}
+/// let config = EntityConfig::new(|id| Counter { id: id.to_string() })
+///     .with_shard_id_extractor(HashShardIdExtractor::new(100));
+/// ```
+pub struct EntityConfig<E: Entity> {
+    factory: EntityFactory<E>,
+    extractor: Option<Arc<dyn ShardIdExtractor>>,
+    strategy: Option<Arc<dyn Fn() -> Box<dyn ShardAllocationStrategy> + Send + Sync>>,
+}
+
+impl<E: Entity> EntityConfig<E> {
+    /// Entities made by `factory` from their id (called again for every
+    /// incarnation: after a hand-off, or a restart by supervision).
+    pub fn new(factory: impl Fn(EntityId) -> E + Send + Sync + 'static) -> Self {
+        EntityConfig {
+            factory: EntityFactory {
+                make: Arc::new(factory),
+                stop: Arc::new(|e: &ActorRef<E>| e.poison_pill()),
+            },
+            extractor: None,
+            strategy: None,
+        }
+    }
+
+    /// The message each entity gets when its shard is handed off, instead
+    /// of the default poison pill (which stops it after the messages
+    /// already queued). The entity must stop itself when it gets it
+    /// (`ctx.stop()`); one that has not stopped after `handoff-timeout` is
+    /// stopped.
+    pub fn with_stop_message<M>(mut self, msg: M) -> Self
+    where
+        M: Message + Clone + Sync,
+        E: Handler<M>,
+    {
+        self.factory.stop = Arc::new(move |e: &ActorRef<E>| {
+            if e.tell(msg.clone()).is_err() {
+                e.stop();
+            }
+        });
+        self
+    }
+
+    /// Maps entity ids to shards (default: [`HashShardIdExtractor`] over
+    /// `number-of-shards`). It must be the same on every node.
+    pub fn with_shard_id_extractor(mut self, extractor: impl ShardIdExtractor) -> Self {
+        self.extractor = Some(Arc::new(extractor));
+        self
+    }
+
+    /// The allocation strategy of the coordinator (default: the least-shard
+    /// strategy with the settings' limits). `make` is called each time a
+    /// coordinator starts (after a take-over, a fresh strategy).
+    pub fn with_allocation_strategy<S: ShardAllocationStrategy>(
+        mut self,
+        make: impl Fn() -> S + Send + Sync + 'static,
+    ) -> Self {
+        self.strategy = Some(Arc::new(move || Box::new(make())));
+        self
+    }
+}
+
+/// One started entity type on this node.
+struct TypeEntry {
+    type_id: TypeId,
+    /// `Arc<RegionShared<E>>`.
+    shared: Arc<dyn Any + Send + Sync>,
+    region: AnyActorRef,
+    proxy_only: bool,
+}
+
+struct Inner {
+    system: ActorSystem,
+    cluster: Cluster,
+    replicator: Replicator,
+    types: Mutex<HashMap<&'static str, TypeEntry>>,
+}
+
+/// Cluster sharding on one node: start entity types with
+/// [`start`](Self::start) (or [`start_proxy`](Self::start_proxy) on nodes
+/// that host none), and reach entities anywhere in the cluster with
+/// [`entity_ref`](Self::entity_ref).
+///
+/// One instance per actor system: [`ClusterSharding::new`] returns the
+/// same one again.
+#[derive(Clone)]
+pub struct ClusterSharding {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ClusterSharding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterSharding")
+            .field("node", self.inner.cluster.self_node())
+            .finish()
+    }
+}
+
+impl ClusterSharding {
+    /// Cluster sharding of `system` (created on first use). Uses the
+    /// system's distributed-data replicator, starting one if there is
+    /// none.
+    pub fn new(system: &ActorSystem, cluster: &Cluster) -> Result<ClusterSharding, ShardingError> {
+        if let Some(s) = system.extension::<ClusterSharding>() {
+            return Ok((*s).clone());
+        }
+        let replicator = Replicator::get_or_start(system, cluster)
+            .map_err(|e| ShardingError::Cluster(e.to_string()))?;
+        let made = ClusterSharding {
+            inner: Arc::new(Inner {
+                system: system.clone(),
+                cluster: cluster.clone(),
+                replicator,
+                types: Mutex::new(HashMap::new()),
+            }),
+        };
+        Ok((*system.extension_or_init(|| made)).clone())
+    }
+
+    /// The sharding of `system`, if [`new`](Self::new) was called.
+    pub fn get(system: &ActorSystem) -> Option<ClusterSharding> {
+        system.extension::<ClusterSharding>().map(|s| (*s).clone())
+    }
+
+    /// The cluster this sharding belongs to.
+    pub fn cluster(&self) -> &Cluster {
+        &self.inner.cluster
+    }
+
+    /// Starts entity type `E` on this node with entities made by
+    /// `factory`: its region (which hosts shards here unless this node
+    /// lacks the settings' role, in which case it is a proxy), and the
+    /// coordinator's singleton manager.
+    pub fn start<E: Entity>(
+        &self,
+        factory: impl Fn(EntityId) -> E + Send + Sync + 'static,
+        settings: ShardingSettings,
+    ) -> Result<(), ShardingError> {
+        self.start_entity(EntityConfig::new(factory), settings)
+    }
+
+    /// As [`start`](Self::start), with a full [`EntityConfig`].
+    pub fn start_entity<E: Entity>(
+        &self,
+        config: EntityConfig<E>,
+        settings: ShardingSettings,
+    ) -> Result<(), ShardingError> {
+        let hosts = match &settings.role {
+            None => true,
+            Some(role) => self.inner.cluster.self_roles().contains(role),
+        };
+        self.start_region(config, settings, !hosts)
+    }
+
+    /// Starts a proxy-only region of `E`: it hosts nothing and routes
+    /// everything (for nodes without the entity type's role, or clients).
+    pub fn start_proxy<E: Entity>(&self, settings: ShardingSettings) -> Result<(), ShardingError> {
+        let config = EntityConfig::new(|_id: EntityId| -> E {
+            unreachable!("a proxy-only region never starts entities")
+        });
+        self.start_region(config, settings, true)
+    }
+
+    fn start_region<E: Entity>(
+        &self,
+        config: EntityConfig<E>,
+        settings: ShardingSettings,
+        proxy_only: bool,
+    ) -> Result<(), ShardingError> {
+        settings.validate()?;
+        let inner = &self.inner;
+        let system = &inner.system;
+        let mut types = inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = types.get(E::TYPE_NAME) {
+            return Err(if entry.type_id == TypeId::of::<E>() {
+                ShardingError::AlreadyStarted(E::TYPE_NAME)
+            } else {
+                ShardingError::DuplicateTypeName(E::TYPE_NAME)
+            });
+        }
+        let mut registrar = EntityRegistrar::<E>::new(system);
+        E::register_messages(&mut registrar)?;
+        register_protocol::<E>(system).map_err(ShardingError::Register)?;
+
+        let coordinator_name = format!("sharding-coordinator-{}", E::TYPE_NAME);
+        let singleton_settings = ClusterSingletonSettings {
+            role: settings.role.clone(),
+            ..ClusterSingletonSettings::default()
+        };
+        if !proxy_only {
+            let (cluster, replicator, s, sys) = (
+                inner.cluster.clone(),
+                inner.replicator.clone(),
+                settings.clone(),
+                system.clone(),
+            );
+            let strategy = config.strategy.clone();
+            let (abs, rel) = (
+                settings.rebalance_absolute_limit,
+                settings.rebalance_relative_limit,
+            );
+            singleton::start(
+                system,
+                &inner.cluster,
+                &coordinator_name,
+                move || {
+                    let strategy: Box<dyn ShardAllocationStrategy> = match &strategy {
+                        Some(make) => make(),
+                        None => Box::new(LeastShardAllocationStrategy::new(abs, rel)),
+                    };
+                    ShardCoordinator::<E>::new(
+                        sys.clone(),
+                        cluster.clone(),
+                        replicator.clone(),
+                        s.clone(),
+                        strategy,
+                    )
+                },
+                singleton_settings.clone(),
+            )
+            .map_err(|e| ShardingError::Cluster(e.to_string()))?;
+        }
+        let coordinator = singleton::proxy::<ShardCoordinator<E>>(
+            system,
+            &inner.cluster,
+            &coordinator_name,
+            singleton_settings,
+        )
+        .map_err(|e| ShardingError::Cluster(e.to_string()))?;
+
+        let extractor = config
+            .extractor
+            .unwrap_or_else(|| Arc::new(HashShardIdExtractor::new(settings.number_of_shards)));
+        let shared = Arc::new(RegionShared::<E>::new(system.clone(), extractor, settings));
+        let region = Region::new(
+            shared.clone(),
+            inner.cluster.self_node().clone(),
+            coordinator,
+            proxy_only,
+            config.factory,
+        );
+        let region = system
+            .spawn_system_actor(Props::new(region).with_name(region_name(E::TYPE_NAME)))
+            .map_err(|e| ShardingError::Spawn(e.to_string()))?;
+        if !proxy_only {
+            // Hand every shard off before the node leaves the cluster.
+            let r = region.clone();
+            let shutdown = inner.cluster.coordinated_shutdown().clone();
+            let cluster = inner.cluster.clone();
+            let timeout = shutdown.timeout(Phase::ClusterShardingShutdownRegion);
+            let added = inner.cluster.coordinated_shutdown().add_task(
+                Phase::ClusterShardingShutdownRegion,
+                format!("sharding-region-{}", E::TYPE_NAME),
+                move || async move {
+                    // A downed node is no longer in the cluster: there is
+                    // no one to hand off to (as Pekko's region).
+                    if cluster.is_terminated() || shutdown.reason() == Some(Reason::ClusterDowning)
+                    {
+                        return;
+                    }
+                    let _ = r.ask_timeout(GracefulShutdown, timeout).await;
+                },
+            );
+            if let Err(e) = added {
+                tracing::warn!(
+                    "sharding: the region of `{}` could not join the coordinated shutdown: {e}",
+                    E::TYPE_NAME
+                );
+            }
+        }
+        tracing::info!(
+            "sharding: entity type `{}` started on {}{}",
+            E::TYPE_NAME,
+            inner.cluster.self_node(),
+            if proxy_only { " (proxy only)" } else { "" }
+        );
+        types.insert(
+            E::TYPE_NAME,
+            TypeEntry {
+                type_id: TypeId::of::<E>(),
+                shared: shared as Arc<dyn Any + Send + Sync>,
+                region: region.to_any(),
+                proxy_only,
+            },
+        );
+        Ok(())
+    }
+
+    fn shared<E: Entity>(&self) -> Result<Arc<RegionShared<E>>, ShardingError> {
+        let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        types
+            .get(E::TYPE_NAME)
+            .filter(|e| e.type_id == TypeId::of::<E>())
+            .and_then(|e| e.shared.clone().downcast::<RegionShared<E>>().ok())
+            .ok_or_else(|| ShardingError::NotStarted(E::TYPE_NAME.to_string()))
+    }
+
+    fn region<E: Entity>(&self) -> Result<ActorRef<Region<E>>, ShardingError> {
+        let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        types
+            .get(E::TYPE_NAME)
+            .and_then(|e| e.region.downcast::<Region<E>>())
+            .ok_or_else(|| ShardingError::NotStarted(E::TYPE_NAME.to_string()))
+    }
+
+    /// A reference to entity `id` of type `E`, wherever it lives (`E` must
+    /// be started or proxied on this node).
+    pub fn entity_ref<E: Entity>(
+        &self,
+        id: impl Into<EntityId>,
+    ) -> Result<EntityRef<E>, ShardingError> {
+        let shared = self.shared::<E>()?;
+        Ok(EntityRef::new(id.into(), shared))
+    }
+
+    /// The entity types started (or proxied) on this node.
+    pub fn entity_type_names(&self) -> Vec<&'static str> {
+        let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<&'static str> = types.keys().copied().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// True if this node's region of `E` only routes (hosts nothing).
+    pub fn is_proxy_only<E: Entity>(&self) -> Result<bool, ShardingError> {
+        let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        types
+            .get(E::TYPE_NAME)
+            .map(|e| e.proxy_only)
+            .ok_or_else(|| ShardingError::NotStarted(E::TYPE_NAME.to_string()))
+    }
+
+    /// The shards hosted here and their running entities.
+    pub async fn region_state<E: Entity>(&self) -> Result<CurrentShardRegionState, ShardingError> {
+        let region = self.region::<E>()?;
+        region
+            .ask_timeout(GetRegionState, Duration::from_secs(10))
+            .await
+            .map_err(|_| ShardingError::Timeout)
+    }
+
+    /// True once this node's region of `E` has registered with the
+    /// coordinator (Akka's sharding readiness check).
+    pub async fn is_registered<E: Entity>(&self) -> Result<bool, ShardingError> {
+        let region = self.region::<E>()?;
+        region
+            .ask_timeout(IsRegistered, Duration::from_secs(10))
+            .await
+            .map_err(|_| ShardingError::Timeout)
+    }
+
+    /// Running entities per shard in every region of `E` in the cluster;
+    /// regions that do not answer within `timeout` are listed as failed.
+    pub async fn cluster_stats<E: Entity>(
+        &self,
+        timeout: Duration,
+    ) -> Result<ClusterShardingStats, ShardingError> {
+        self.region::<E>()?;
+        let state = self
+            .inner
+            .cluster
+            .state()
+            .await
+            .map_err(|e| ShardingError::Cluster(e.to_string()))?;
+        let mut stats = ClusterShardingStats::default();
+        let asks: Vec<_> = state
+            .members
+            .iter()
+            .filter(|m| {
+                matches!(
+                    m.status,
+                    troupe_cluster::MemberStatus::Up | troupe_cluster::MemberStatus::Leaving
+                )
+            })
+            .map(|m| {
+                let path = format!("{}/system/{}", m.node.address, region_name(E::TYPE_NAME));
+                let ask = self
+                    .inner
+                    .system
+                    .resolve::<Region<E>>(&path)
+                    .map(|r| r.ask_timeout(GetRegionState, timeout));
+                (m.node.address.to_string(), ask)
+            })
+            .collect();
+        for (node, ask) in asks {
+            match ask {
+                Ok(ask) => match ask.await {
+                    Ok(s) => {
+                        stats.regions.insert(node, s.stats());
+                    }
+                    Err(_) => stats.failed.push(node),
+                },
+                Err(_) => stats.failed.push(node),
+            }
+        }
+        Ok(stats)
+    }
+}
+
+/// Registers what regions and coordinators of `E` send each other.
+fn register_protocol<E: Entity>(system: &ActorSystem) -> Result<(), troupe_core::RegisterError> {
+    system
+        .register::<ShardCoordinator<E>, Register>()?
+        .register::<ShardCoordinator<E>, RegisterProxy>()?
+        .register::<ShardCoordinator<E>, GetShardHome>()?
+        .register::<ShardCoordinator<E>, ShardStarted>()?
+        .register::<ShardCoordinator<E>, BeginHandOffAck>()?
+        .register::<ShardCoordinator<E>, ShardStopped>()?
+        .register::<ShardCoordinator<E>, GracefulShutdownReq>()?
+        .register::<ShardCoordinator<E>, RegionStopped>()?
+        .register::<Region<E>, RegisterAck>()?
+        .register::<Region<E>, ShardHome>()?
+        .register::<Region<E>, HostShard>()?
+        .register::<Region<E>, BeginHandOff>()?
+        .register::<Region<E>, HandOff>()?
+        .register::<Region<E>, ShardEnvelope>()?
+        .register::<Region<E>, GetRegionState>()?;
+    Ok(())
+}

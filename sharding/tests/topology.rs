@@ -1,0 +1,488 @@
+//! Where shards may live and how they are found, as in Pekko's multi-node
+//! specs (here several actor systems in one process, on loopback):
+//! proxy-only regions and role partitioning (`ClusterShardingSpec`,
+//! `ClusterShardingRolePartitioningSpec`), `min-nr-of-members`
+//! (`ClusterShardingMinMembersSpec`), a custom allocation strategy
+//! (`ClusterShardingCustomShardAllocationSpec`), the queries
+//! (`ClusterShardingGetStatsSpec`, `ClusterShardingQueriesSpec`), and a
+//! full buffer while no shard can be allocated.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+use troupe_cluster::DowningStrategy;
+use troupe_core::remote::Address;
+use troupe_core::{rt, AskError};
+use troupe_sharding::{
+    ClusterView, RegionId, ShardAllocationStrategy, ShardAllocations, ShardId, ShardingSettings,
+    ShardingTellError,
+};
+
+const ASK: Duration = Duration::from_secs(10);
+
+#[test]
+fn a_proxy_only_node_hosts_nothing_and_reaches_every_entity() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = sharding_settings();
+        let mut nodes = start_nodes(2, &probe, settings.clone());
+        let proxy = bare_node(Some(&nodes[0].address()), |_| {});
+        proxy
+            .sharding
+            .start_proxy::<Counter>(settings.clone())
+            .unwrap();
+        assert!(proxy.sharding.is_proxy_only::<Counter>().unwrap());
+        assert!(!nodes[0].sharding.is_proxy_only::<Counter>().unwrap());
+        nodes.push(proxy);
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 3).await;
+        let hosts: BTreeSet<String> = nodes[..2].iter().map(|n| n.name()).collect();
+        let proxy = &nodes[2];
+        for i in 0..30 {
+            let id = format!("p{i}");
+            let from_proxy = proxy.counter(id.as_str());
+            let at = from_proxy.ask_timeout(WhereAreYou, ASK).await.unwrap();
+            assert!(hosts.contains(&at), "{id} runs on {at}, not on a host");
+            assert_eq!(from_proxy.ask_timeout(Add(1), ASK).await.unwrap(), 1);
+            // The same entity, reached from a hosting node.
+            let from_host = nodes[i % 2].counter(id.as_str());
+            assert_eq!(from_host.ask_timeout(Add(1), ASK).await.unwrap(), 2);
+            assert_eq!(from_proxy.ask_timeout(Add(0), ASK).await.unwrap(), 2);
+        }
+        assert!(proxy.hosted_shards().await.is_empty());
+        let per_node = shards_per_node(&all[..2]).await;
+        assert!(
+            per_node.values().all(|n| *n > 0),
+            "both hosts host shards: {per_node:?}"
+        );
+        probe.state(|p| {
+            assert!(p.started_on.values().flatten().all(|n| hosts.contains(n)));
+            assert_eq!(p.max_alive, 1);
+        });
+        shutdown_all(nodes).await;
+    });
+}
+
+#[test]
+fn entities_live_only_on_members_with_the_role_and_the_others_are_proxies() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = ShardingSettings {
+            role: Some("backend".into()),
+            ..sharding_settings()
+        };
+        // The oldest member (the seed) lacks the role: the coordinator
+        // must run on the oldest member that has it.
+        let frontend = bare_node(None, |_| {});
+        frontend.start_counter(&probe, settings.clone());
+        let seed = frontend.address();
+        let backend = |_: usize| {
+            let n = bare_node(Some(&seed), |s| {
+                s.roles.insert("backend".into());
+            });
+            n.start_counter(&probe, settings.clone());
+            n
+        };
+        let nodes = vec![frontend, backend(1), backend(2)];
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 3).await;
+        assert!(nodes[0].sharding.is_proxy_only::<Counter>().unwrap());
+        assert!(!nodes[1].sharding.is_proxy_only::<Counter>().unwrap());
+        assert!(!nodes[2].sharding.is_proxy_only::<Counter>().unwrap());
+        let backends: BTreeSet<String> = nodes[1..].iter().map(|n| n.name()).collect();
+        for i in 0..30 {
+            let id = format!("r{i}");
+            for (k, from) in nodes.iter().enumerate() {
+                let c = from.counter(id.as_str());
+                let at = c.ask_timeout(WhereAreYou, ASK).await.unwrap();
+                assert!(backends.contains(&at), "{id} runs on {at}");
+                assert_eq!(c.ask_timeout(Add(1), ASK).await.unwrap(), k as i64 + 1);
+            }
+        }
+        assert!(nodes[0].hosted_shards().await.is_empty());
+        let per_node = shards_per_node(&all[1..]).await;
+        assert!(
+            per_node.values().all(|n| *n > 0),
+            "both backends host shards: {per_node:?}"
+        );
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes).await;
+    });
+}
+
+#[test]
+fn nothing_is_allocated_before_min_nr_of_members_regions_and_nothing_buffered_is_lost() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = ShardingSettings {
+            min_nr_of_members: 3,
+            // No rebalancing: the first allocation is what is checked.
+            rebalance_interval: Duration::from_secs(60),
+            ..sharding_settings()
+        };
+        let mut nodes = start_nodes(2, &probe, settings.clone());
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 2).await;
+        let ids: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+        let refs: Vec<_> = ids.iter().map(|id| nodes[0].counter(id.as_str())).collect();
+        for n in 0..20u64 {
+            for r in &refs {
+                r.tell(Seq(n)).unwrap();
+            }
+        }
+        // Asked before the third region exists; answered once it does.
+        let waiting: Vec<_> = refs
+            .iter()
+            .map(|r| r.ask_timeout(Add(1), Duration::from_secs(30)))
+            .collect();
+        let early = refs[0]
+            .ask_timeout(Add(0), Duration::from_millis(800))
+            .await;
+        assert!(
+            matches!(early, Err(AskError::Timeout(_))),
+            "allocated with two members: {early:?}"
+        );
+        assert!(nodes[0].hosted_shards().await.is_empty());
+        assert!(nodes[1].hosted_shards().await.is_empty());
+
+        // A third member that has not started the entity type yet: the
+        // cluster has three members, but only two regions (Pekko: the
+        // coordinator waits for min-nr-of-members regions).
+        let third = bare_node(Some(&nodes[0].address()), |_| {});
+        nodes.push(third);
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 3).await;
+        let early = refs[1]
+            .ask_timeout(Add(0), Duration::from_millis(800))
+            .await;
+        assert!(
+            matches!(early, Err(AskError::Timeout(_))),
+            "allocated before the third region registered: {early:?}"
+        );
+        assert!(nodes[0].hosted_shards().await.is_empty());
+        assert!(nodes[1].hosted_shards().await.is_empty());
+        assert_eq!(probe.state(|p| p.started_on.len()), 0);
+
+        nodes[2].start_counter(&probe, settings.clone());
+        for ask in waiting {
+            assert_eq!(ask.await.unwrap(), 1);
+        }
+        // Everything told before is delivered, once and in order (it was
+        // sent before the asks, so it has arrived).
+        let want: Vec<u64> = (0..20).collect();
+        for id in &ids {
+            assert_eq!(probe.received(id), want, "{id}");
+        }
+        let all: Vec<&Node> = nodes.iter().collect();
+        let stats = nodes[0]
+            .sharding
+            .cluster_stats::<Counter>(Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(stats.regions.len(), 3, "{stats:?}");
+        assert!(stats.failed.is_empty());
+        let entities: usize = stats.regions.values().flat_map(|r| r.stats.values()).sum();
+        assert_eq!(entities, ids.len());
+        assert_no_shard_twice(&all).await;
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes).await;
+    });
+}
+
+/// Puts every shard on one chosen node; "not now" while none is chosen.
+struct OnChosenNode {
+    chosen: Arc<Mutex<Option<Address>>>,
+}
+
+impl ShardAllocationStrategy for OnChosenNode {
+    fn allocate_shard(
+        &mut self,
+        _requester: &RegionId,
+        _shard: &ShardId,
+        current: &ShardAllocations,
+        _cluster: &ClusterView<'_>,
+    ) -> Option<RegionId> {
+        let chosen = self.chosen.lock().unwrap().clone()?;
+        current.keys().find(|r| r.address == chosen).cloned()
+    }
+
+    fn rebalance(
+        &mut self,
+        _current: &ShardAllocations,
+        _in_progress: &BTreeSet<ShardId>,
+        _cluster: &ClusterView<'_>,
+    ) -> BTreeSet<ShardId> {
+        BTreeSet::new()
+    }
+}
+
+#[test]
+fn a_custom_allocation_strategy_decides_where_shards_go_and_can_delay_them() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = sharding_settings();
+        let chosen: Arc<Mutex<Option<Address>>> = Arc::new(Mutex::new(None));
+        let start = |node: &Node| {
+            let chosen = chosen.clone();
+            let config =
+                counter_config(node, &probe).with_allocation_strategy(move || OnChosenNode {
+                    chosen: chosen.clone(),
+                });
+            node.start_counter_with(config, settings.clone());
+        };
+        let first = bare_node(None, |_| {});
+        start(&first);
+        let seed = first.address();
+        let mut nodes = vec![first];
+        for _ in 0..2 {
+            let n = bare_node(Some(&seed), |_| {});
+            start(&n);
+            nodes.push(n);
+        }
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 3).await;
+
+        // Every shard on the second node (not the coordinator's).
+        *chosen.lock().unwrap() = Some(nodes[1].address());
+        for i in 0..20 {
+            let from = &nodes[i % 3];
+            let at = from
+                .counter(format!("c{i}"))
+                .ask_timeout(WhereAreYou, ASK)
+                .await
+                .unwrap();
+            assert_eq!(at, nodes[1].name(), "c{i}");
+        }
+        let homes = assert_no_shard_twice(&all).await;
+        assert!(homes.values().all(|n| *n == nodes[1].name()), "{homes:?}");
+
+        // No choice: new shards wait (the strategy answers None) ...
+        *chosen.lock().unwrap() = None;
+        let fresh: Vec<String> = (0..200)
+            .map(|i| format!("d{i}"))
+            .filter(|id| {
+                let shard = nodes[0].counter(id.as_str()).shard_id().to_string();
+                !homes.contains_key(&shard)
+            })
+            .take(3)
+            .collect();
+        assert!(!fresh.is_empty(), "some shard is still unallocated");
+        let waiting: Vec<_> = fresh
+            .iter()
+            .map(|id| {
+                nodes[2]
+                    .counter(id.as_str())
+                    .ask_timeout(WhereAreYou, Duration::from_secs(30))
+            })
+            .collect();
+        let early = nodes[0]
+            .counter(fresh[0].as_str())
+            .ask_timeout(Add(1), Duration::from_millis(800))
+            .await;
+        assert!(matches!(early, Err(AskError::Timeout(_))), "{early:?}");
+        assert_eq!(shard_homes(&all).await.len(), homes.len());
+        // ... until the strategy names a home: the third node.
+        *chosen.lock().unwrap() = Some(nodes[2].address());
+        for ask in waiting {
+            assert_eq!(ask.await.unwrap(), nodes[2].name());
+        }
+        assert_eq!(
+            nodes[0]
+                .counter(fresh[0].as_str())
+                .ask_timeout(Add(0), ASK)
+                .await
+                .unwrap(),
+            1,
+            "the early ask was delivered too (after its timeout)"
+        );
+        let after = assert_no_shard_twice(&all).await;
+        for (shard, node) in &homes {
+            assert_eq!(&after[shard], node, "shard {shard} stayed where it was");
+        }
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes).await;
+    });
+}
+
+#[test]
+fn region_state_and_cluster_stats_count_entities_and_report_regions_that_do_not_answer() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = ShardingSettings {
+            role: Some("shard".into()),
+            ..sharding_settings()
+        };
+        // A controller without the role (a proxy) and three shard nodes;
+        // no downing, so that a cut-off node stays a member.
+        let no_downing = |s: &mut troupe_cluster::ClusterSettings| {
+            s.downing.strategy = DowningStrategy::None;
+        };
+        let controller = bare_node(None, no_downing);
+        controller.start_counter(&probe, settings.clone());
+        let seed = controller.address();
+        let mut nodes = vec![controller];
+        for _ in 0..3 {
+            let n = bare_node(Some(&seed), |s| {
+                no_downing(s);
+                s.roles.insert("shard".into());
+            });
+            n.start_counter(&probe, settings.clone());
+            nodes.push(n);
+        }
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 4).await;
+        let shard_nodes: BTreeSet<String> =
+            nodes[1..].iter().map(|n| n.address().to_string()).collect();
+
+        // Before any entity: three regions, all empty.
+        eventually("stats of three empty regions", async || {
+            let stats = nodes[0]
+                .sharding
+                .cluster_stats::<Counter>(Duration::from_secs(5))
+                .await
+                .unwrap();
+            stats.failed.is_empty()
+                && stats.regions.keys().cloned().collect::<BTreeSet<_>>() == shard_nodes
+                && stats.regions.values().all(|r| r.stats.is_empty())
+        })
+        .await;
+
+        let ids: BTreeSet<String> = (0..25).map(|i| format!("q{i}")).collect();
+        for id in &ids {
+            nodes[0]
+                .counter(id.as_str())
+                .ask_timeout(Add(1), ASK)
+                .await
+                .unwrap();
+        }
+        // Region state: each entity once, in the shard its id maps to.
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        let mut per_region: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+        for n in &nodes {
+            let state = n.sharding.region_state::<Counter>().await.unwrap();
+            for shard in &state.shards {
+                for e in &shard.entity_ids {
+                    assert_eq!(
+                        n.counter(e.as_str()).shard_id(),
+                        shard.shard_id,
+                        "{e} is in its own shard"
+                    );
+                    assert!(seen.insert(e.clone(), n.name()).is_none(), "{e} runs twice");
+                }
+            }
+            if !state.shards.is_empty() {
+                per_region.insert(n.address().to_string(), state.stats().stats);
+            }
+        }
+        assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), ids);
+        assert!(nodes[0].hosted_shards().await.is_empty());
+        // Cluster stats, asked from any node, agree with the region states.
+        for n in &nodes {
+            let stats = n
+                .sharding
+                .cluster_stats::<Counter>(Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert!(stats.failed.is_empty(), "{stats:?}");
+            assert_eq!(
+                stats.regions.keys().cloned().collect::<BTreeSet<_>>(),
+                shard_nodes,
+                "only the regions that host shards"
+            );
+            let total: usize = stats.regions.values().flat_map(|r| r.stats.values()).sum();
+            assert_eq!(total, ids.len());
+            for (region, counts) in &per_region {
+                assert_eq!(&stats.regions[region].stats, counts);
+            }
+        }
+
+        // A shard node cut off from the controller: a partial result
+        // within the timeout, naming it as failed.
+        let cut = &nodes[3];
+        nodes[0].blackhole(cut);
+        let timeout = Duration::from_secs(1);
+        let asked = Instant::now();
+        let stats = nodes[0]
+            .sharding
+            .cluster_stats::<Counter>(timeout)
+            .await
+            .unwrap();
+        let took = asked.elapsed();
+        assert!(
+            took < timeout + Duration::from_millis(700),
+            "answered within its timeout ({took:?})"
+        );
+        assert_eq!(stats.failed, vec![cut.address().to_string()], "{stats:?}");
+        assert_eq!(stats.regions.len(), 2, "{stats:?}");
+        for (region, counts) in &stats.regions {
+            assert_eq!(
+                per_region.get(region).cloned().unwrap_or_default(),
+                counts.stats
+            );
+        }
+        shutdown_all(nodes).await;
+    });
+}
+
+#[test]
+fn a_full_buffer_refuses_tells_and_asks_and_loses_nothing_it_accepted() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = ShardingSettings {
+            buffer_size: 5,
+            // No coordinator allocates while there is one member.
+            min_nr_of_members: 2,
+            ..sharding_settings()
+        };
+        let mut nodes = start_nodes(1, &probe, settings.clone());
+        all_up(&[&nodes[0]], 1).await;
+        let a = nodes[0].counter("a");
+        let b = nodes[0].counter("b");
+        // A burst: the sender sees the limit at once.
+        for n in 0..3u64 {
+            a.tell(Seq(n)).unwrap();
+        }
+        for n in 0..2u64 {
+            b.tell(Seq(n)).unwrap();
+        }
+        match a.tell(Seq(3)) {
+            Err(ShardingTellError::BufferFull(m)) => assert_eq!(m.0, 3, "handed back"),
+            other => panic!("a sixth message was not refused: {other:?}"),
+        }
+        assert!(matches!(
+            b.tell(Seq(2)),
+            Err(ShardingTellError::BufferFull(_))
+        ));
+        assert_eq!(
+            a.ask_timeout(Add(1), ASK).await,
+            Err(AskError::MailboxFull),
+            "an ask beyond the limit fails at once"
+        );
+        assert_eq!(probe.state(|p| p.started_on.len()), 0);
+
+        // A second member: allocation proceeds and what was accepted
+        // arrives, in order; the buffer takes messages again.
+        nodes.push(start_node(&[nodes[0].address()], &probe, settings.clone()));
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 2).await;
+        eventually("the buffer takes messages again", async || {
+            a.tell(Seq(3)).is_ok()
+        })
+        .await;
+        assert_eq!(a.ask_timeout(Add(1), ASK).await.unwrap(), 1);
+        assert_eq!(b.ask_timeout(Add(1), ASK).await.unwrap(), 1);
+        assert_eq!(probe.received("a"), vec![0, 1, 2, 3]);
+        assert_eq!(probe.received("b"), vec![0, 1]);
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes).await;
+    });
+}
