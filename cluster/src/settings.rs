@@ -181,6 +181,9 @@ impl std::error::Error for SettingsError {}
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct SettingsFile {
+    /// Cluster sharding's table, read by `troupe_sharding::ShardingSettings`.
+    #[allow(dead_code)]
+    sharding: Option<serde::de::IgnoredAny>,
     seed_nodes: Option<Vec<String>>,
     roles: Option<Vec<String>>,
     min_nr_of_members: Option<usize>,
@@ -691,6 +694,8 @@ mod tests {
             [downing]
             strategy = "static-quorum"
             quorum-size = 3
+            [sharding]
+            number-of-shards = 30
             "#,
         )
         .unwrap();
