@@ -656,3 +656,123 @@ fn the_queue_to_an_unreachable_peer_is_bounded() {
         a.shutdown().await;
     });
 }
+
+/// Two message types that claim one manifest.
+#[derive(Debug, Message, Serialize, Deserialize)]
+#[message(name = "clash.Same")]
+struct ClashA;
+#[derive(Debug, Message, Serialize, Deserialize)]
+#[message(name = "clash.Same")]
+struct ClashB;
+
+struct Clashing;
+impl Actor for Clashing {}
+#[handlers]
+impl Clashing {
+    async fn a(&mut self, _m: ClashA) {}
+    async fn b(&mut self, _m: ClashB) {}
+}
+
+#[test]
+fn a_manifest_taken_by_another_type_is_refused() {
+    let system = ActorSystem::new("clash").unwrap();
+    system.register::<Clashing, ClashA>().unwrap();
+    // The same type again is fine (another actor type may handle it too).
+    system.register::<Clashing, ClashA>().unwrap();
+    match system.register::<Clashing, ClashB>() {
+        Err(troupe_core::RegisterError::ManifestTaken {
+            manifest,
+            registered,
+            refused,
+        }) => {
+            assert_eq!(manifest, "clash.Same");
+            assert!(registered.ends_with("ClashA") && refused.ends_with("ClashB"));
+        }
+        other => panic!("expected ManifestTaken, got {:?}", other.map(|_| ())),
+    }
+    rt::block_on(system.shutdown());
+}
+
+/// Hands every `Add` on to another counter with the asker's reply channel.
+struct Relay(ActorRef<Counter>);
+impl Actor for Relay {}
+impl Handler<Add> for Relay {
+    async fn handle(&mut self, _m: Add, _ctx: &mut Context<Self>) -> u64 {
+        unreachable!("the relay forwards")
+    }
+    async fn handle_with_reply(
+        &mut self,
+        msg: Add,
+        reply: Option<troupe_core::Replier<u64>>,
+        _ctx: &mut Context<Self>,
+    ) {
+        if let Err(e) = self.0.forward(msg, reply, None) {
+            if let Some(r) = e.reply {
+                r.fail(troupe_core::AskError::Stopped);
+            }
+        }
+    }
+}
+
+#[test]
+fn forward_keeps_the_reply_channel_across_nodes_and_hands_it_back_on_failure() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("fa");
+        let b = node("fb");
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let remote: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let relay = a.spawn(Relay(remote));
+        // The asker on `a` is answered by the counter on `b`, through the
+        // relay that never waits.
+        assert_eq!(within("forwarded ask", relay.ask(Add(4))).await.unwrap(), 4);
+        assert_eq!(within("forwarded ask", relay.ask(Add(1))).await.unwrap(), 5);
+
+        // A forward to a stopped actor hands back the message and the
+        // reply channel; answering it reaches the asker.
+        let local = a.spawn(Counter::default());
+        local.stop();
+        local.wait_for_termination().await;
+        let (replier, ask) = troupe_core::Replier::<u64>::channel(common::DEADLINE);
+        let e = local.forward(Add(7), Some(replier), None).unwrap_err();
+        assert!(matches!(e.error, TellError::Stopped(Add(7))));
+        e.reply.unwrap().send(99);
+        assert_eq!(ask.await.unwrap(), 99);
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn encoded_messages_are_delivered_by_manifest_and_bad_bytes_are_refused() {
+    rt::block_on(async {
+        let system = node("codec");
+        let counter = system.spawn(Counter::default());
+        let enc = system.encode_message(&Add(20)).unwrap();
+        let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
+        system
+            .deliver_encoded(&counter, enc.manifest, &enc.bytes, Some(replier), None)
+            .unwrap();
+        let bytes = reply.await.unwrap();
+        assert_eq!(system.decode_reply::<Add>(&bytes.0).unwrap(), 20);
+
+        let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
+        let e = system
+            .deliver_encoded(&counter, enc.manifest, b"\xc1garbage", Some(replier), None)
+            .unwrap_err();
+        assert!(
+            matches!(e, troupe_core::DeliverError::Undecodable(_)),
+            "{e:?}"
+        );
+        assert!(reply.await.is_err(), "the asker learns that it failed");
+        let e = system
+            .deliver_encoded(&counter, "no.such.Manifest", &enc.bytes, None, None)
+            .unwrap_err();
+        assert!(matches!(e, troupe_core::DeliverError::UnknownManifest(_)));
+        assert!(matches!(
+            system.encode_message(&Unregistered),
+            Err(troupe_core::CodecError::NotRegistered(_))
+        ));
+        system.shutdown().await;
+    });
+}
