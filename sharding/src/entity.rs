@@ -72,7 +72,7 @@ pub mod __private {
         label = "`{Self}` must implement `serde::Serialize` and `serde::Deserialize`",
         note = "an entity can be sent messages from any node, so every message it handles must be serialisable: derive `serde::Serialize` and `serde::Deserialize` for `{Self}`"
     )]
-    pub trait EntityMessage<E> {}
+    pub trait EntityMessage<E>: Serialize + DeserializeOwned {}
     impl<E, M: Serialize + DeserializeOwned> EntityMessage<E> for M {}
 
     /// A reply entity `E` can send back to another node for `M`.
@@ -81,17 +81,21 @@ pub mod __private {
         label = "`{Self}` must implement `serde::Serialize` and `serde::Deserialize`",
         note = "an entity can be asked from any node, so every reply must be serialisable: derive `serde::Serialize` and `serde::Deserialize` for `{Self}`"
     )]
-    pub trait EntityReply<E, M> {}
+    pub trait EntityReply<E, M>: Serialize + DeserializeOwned {}
     impl<E, M, R: Serialize + DeserializeOwned> EntityReply<E, M> for R {}
 
     /// Registers `M` (with reply `R`) for entity `E`.
+    ///
+    /// Its only serde bounds are the two traits above (serde's traits are
+    /// their supertraits): a serde bound written out here would be
+    /// reported in serde's words instead of theirs.
     pub fn register_message<E, M, R>(
         registrar: &mut EntityRegistrar<'_, E>,
     ) -> Result<(), ShardingError>
     where
         E: Entity + Handler<M>,
-        M: Message<Reply = R> + EntityMessage<E> + Serialize + DeserializeOwned,
-        R: EntityReply<E, M> + Serialize + DeserializeOwned + Send + 'static,
+        M: Message<Reply = R> + EntityMessage<E>,
+        R: EntityReply<E, M> + Send + 'static,
     {
         registrar.message::<M>()
     }
