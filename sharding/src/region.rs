@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 use troupe_cluster::singleton::SingletonProxy;
+use troupe_cluster::{Cluster, ClusterEvent};
 use troupe_core::prelude::*;
 use troupe_core::{AskError, EncodedReply, Props, Replier};
 
@@ -212,17 +213,41 @@ impl<E: Entity> RegionShared<E> {
         route: &Arc<ShardRoute<E>>,
         mut delivery: Delivery<E>,
     ) -> Result<(), (Refused, Delivery<E>)> {
-        if self.buffered.load(Ordering::Relaxed) >= self.settings.buffer_size {
+        // A message for a shard whose home is unknown will be buffered:
+        // it takes its place in the buffer now, before it reaches the
+        // region actor. (Checking only the region's count let a burst of
+        // sends all pass before the region had counted any of them, so
+        // `buffer-size` was not a limit.) The region gives the place back
+        // when it takes the message from its mailbox.
+        let reserved = matches!(&*route.read_home(), Home::Unknown);
+        let full = if reserved {
+            let before = self.buffered.fetch_add(1, Ordering::AcqRel);
+            if before >= self.settings.buffer_size {
+                self.buffered.fetch_sub(1, Ordering::AcqRel);
+            }
+            before >= self.settings.buffer_size
+        } else {
+            self.buffered.load(Ordering::Relaxed) >= self.settings.buffer_size
+        };
+        if full {
             self.note_overflow();
             return Err((Refused::BufferFull, delivery));
         }
         let Some(region) = self.region.get() else {
+            if reserved {
+                self.buffered.fetch_sub(1, Ordering::AcqRel);
+            }
             return Err((Refused::RegionStopped, delivery));
         };
         delivery.count_in(route);
         region
-            .tell(Route(route.clone(), delivery))
-            .map_err(|e| (Refused::RegionStopped, e.into_message().1))
+            .tell(Route(route.clone(), delivery, reserved))
+            .map_err(|e| {
+                if reserved {
+                    self.buffered.fetch_sub(1, Ordering::AcqRel);
+                }
+                (Refused::RegionStopped, e.into_message().1)
+            })
     }
 
     /// Counts a refused message and logs it (at most once a second).
@@ -248,9 +273,14 @@ impl<E: Entity> RegionShared<E> {
 }
 
 /// A message that could not take the direct path (local, never on the
-/// wire).
+/// wire); with whether it holds a place in the buffer (see
+/// `RegionShared::send`).
 #[derive(Message)]
-pub(crate) struct Route<E: Entity>(pub(crate) Arc<ShardRoute<E>>, pub(crate) Delivery<E>);
+pub(crate) struct Route<E: Entity>(
+    pub(crate) Arc<ShardRoute<E>>,
+    pub(crate) Delivery<E>,
+    pub(crate) bool,
+);
 
 /// The retry timer: register, and ask again for unanswered shard homes.
 #[derive(Message, Clone)]
@@ -272,6 +302,11 @@ pub(crate) struct Rebuffer<E: Entity>(pub(crate) ShardId, pub(crate) Delivery<E>
 #[derive(Message)]
 pub(crate) struct GracefulShutdown;
 
+/// A member was removed from the cluster (from the cluster's event
+/// stream).
+#[derive(Message)]
+pub(crate) struct MemberRemoved(RegionId);
+
 /// Whether the region has registered with the coordinator.
 #[derive(Message)]
 #[message(reply = bool)]
@@ -283,6 +318,7 @@ type HostedShard<E> = (ActorRef<Shard<E>>, Arc<LocalShard<E>>);
 /// The shard region of entity type `E` on this node.
 pub struct Region<E: Entity> {
     shared: Arc<RegionShared<E>>,
+    cluster: Cluster,
     me: RegionId,
     coordinator: SingletonProxy<ShardCoordinator<E>>,
     proxy_only: bool,
@@ -295,15 +331,43 @@ pub struct Region<E: Entity> {
     handing_off: HashSet<ShardId>,
     /// Shards whose home was asked for (and when).
     requested: HashMap<ShardId, Instant>,
+    /// The home of each shard hosted by another region.
+    remote_homes: HashMap<ShardId, RegionId>,
+    /// Members removed from the cluster: never a home again (a restarted
+    /// node is a new member, with a new uid).
+    removed: HashSet<RegionId>,
     /// Waiting for the graceful shutdown to complete.
     shutting_down: Option<Vec<Replier<()>>>,
 }
 
 impl<E: Entity> Actor for Region<E> {
     async fn started(&mut self, ctx: &mut Context<Self>) {
-        let _ = self.shared.region.set(ctx.myself().clone());
         ctx.start_periodic_timer("retry", Retry, self.shared.settings.retry_interval);
         self.register();
+        // Homes on members that are removed (downed after a crash) must be
+        // forgotten, else messages for their shards keep going to a dead
+        // node and are lost (Pekko's region watches the regions it routes
+        // to, and a watch ends when the member is removed).
+        let (cluster, me) = (self.cluster.clone(), ctx.myself().clone());
+        troupe_core::rt::spawn(async move {
+            let events = match cluster.subscribe().await {
+                Ok((_, events)) => events,
+                Err(e) => {
+                    tracing::error!(
+                        "sharding: the region of `{}` cannot follow the membership: {e}",
+                        E::TYPE_NAME
+                    );
+                    return;
+                }
+            };
+            while let Ok(e) = events.recv().await {
+                if let ClusterEvent::MemberRemoved(m, _) = e {
+                    if me.tell(MemberRemoved(m.node)).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
     }
 
     async fn stopped(&mut self, _ctx: &mut Context<Self>) {
@@ -319,14 +383,15 @@ impl<E: Entity> Actor for Region<E> {
 impl<E: Entity> Region<E> {
     pub(crate) fn new(
         shared: Arc<RegionShared<E>>,
-        me: RegionId,
+        cluster: Cluster,
         coordinator: SingletonProxy<ShardCoordinator<E>>,
         proxy_only: bool,
         factory: crate::sharding::EntityFactory<E>,
     ) -> Self {
         Region {
             shared,
-            me,
+            me: cluster.self_node().clone(),
+            cluster,
             coordinator,
             proxy_only,
             registered: false,
@@ -335,6 +400,8 @@ impl<E: Entity> Region<E> {
             shards: HashMap::new(),
             handing_off: HashSet::new(),
             requested: HashMap::new(),
+            remote_homes: HashMap::new(),
+            removed: HashSet::new(),
             shutting_down: None,
         }
     }
@@ -480,8 +547,18 @@ impl<E: Entity> Region<E> {
     /// The home of `shard` is `region`: publish it and deliver what was
     /// buffered, in order.
     fn home_known(&mut self, shard: ShardId, region: RegionId, ctx: &mut Context<Self>) {
+        if self.removed.contains(&region) {
+            // The coordinator has not yet seen the removal: keep the
+            // messages and ask again on the next retry.
+            tracing::debug!(
+                "sharding: shard {shard} of `{}` is said to be on removed member {region}; asking again",
+                E::TYPE_NAME
+            );
+            return;
+        }
         self.requested.remove(&shard);
         self.handing_off.remove(&shard);
+        self.remote_homes.remove(&shard);
         let route = self.shared.route(&shard);
         if region == self.me {
             let Some(actor) = self.start_shard(&shard, ctx) else {
@@ -510,6 +587,7 @@ impl<E: Entity> Region<E> {
                 }
             };
             route.set_home(Home::Remote(remote.clone()));
+            self.remote_homes.insert(shard.clone(), region);
             for d in self.take_buffer(&shard) {
                 d.send_remote(&self.shared.system, &shard, &remote);
             }
@@ -532,7 +610,12 @@ impl<E: Entity> Region<E> {
 #[handlers]
 impl<E: Entity> Region<E> {
     async fn on_route(&mut self, msg: Route<E>) {
-        let Route(route, delivery) = msg;
+        let Route(route, delivery, reserved) = msg;
+        if reserved {
+            // Its place is taken again by `buffer` if it is buffered (it
+            // is counted in its route, so it is not refused there).
+            self.shared.buffered.fetch_sub(1, Ordering::AcqRel);
+        }
         self.route(&route, delivery);
     }
 
@@ -592,6 +675,7 @@ impl<E: Entity> Region<E> {
         let shard = msg.shard;
         self.shared.route(&shard).set_home(Home::Unknown);
         self.requested.remove(&shard);
+        self.remote_homes.remove(&shard);
         self.handing_off.insert(shard.clone());
         let _ = self.coordinator.tell(BeginHandOffAck {
             shard,
@@ -642,6 +726,30 @@ impl<E: Entity> Region<E> {
     async fn on_rebuffer(&mut self, msg: Rebuffer<E>) {
         let route = self.shared.route(&msg.0);
         self.buffer(&route, msg.1);
+    }
+
+    async fn on_member_removed(&mut self, msg: MemberRemoved) {
+        let node = msg.0;
+        let lost: Vec<ShardId> = self
+            .remote_homes
+            .iter()
+            .filter(|(_, r)| **r == node)
+            .map(|(s, _)| s.clone())
+            .collect();
+        if !lost.is_empty() {
+            tracing::info!(
+                "sharding: {} shards of `{}` were on removed member {node}; their messages wait \
+                 for new homes",
+                lost.len(),
+                E::TYPE_NAME
+            );
+        }
+        for shard in lost {
+            self.remote_homes.remove(&shard);
+            // The next message buffers and asks the coordinator.
+            self.shared.route(&shard).set_home(Home::Unknown);
+        }
+        self.removed.insert(node);
     }
 
     async fn on_is_registered(&mut self, _msg: IsRegistered) -> bool {

@@ -14,6 +14,8 @@ use crate::settings::ShardingSettings;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use troupe_cluster::coordinated_shutdown::{Phase, Reason};
@@ -119,6 +121,8 @@ struct TypeEntry {
     shared: Arc<dyn Any + Send + Sync>,
     region: AnyActorRef,
     proxy_only: bool,
+    /// The type's queries without its type (for management HTTP).
+    queries: ErasedQueries,
 }
 
 struct Inner {
@@ -286,7 +290,7 @@ impl ClusterSharding {
         let shared = Arc::new(RegionShared::<E>::new(system.clone(), extractor, settings));
         let region = Region::new(
             shared.clone(),
-            inner.cluster.self_node().clone(),
+            inner.cluster.clone(),
             coordinator,
             proxy_only,
             config.factory,
@@ -294,6 +298,9 @@ impl ClusterSharding {
         let region = system
             .spawn_system_actor(Props::new(region).with_name(region_name(E::TYPE_NAME)))
             .map_err(|e| ShardingError::Spawn(e.to_string()))?;
+        // Published before `start` returns: messages sent right away are
+        // queued for the region, which is not running yet.
+        let _ = shared.region.set(region.clone());
         if !proxy_only {
             // Hand every shard off before the node leaves the cluster.
             let r = region.clone();
@@ -333,6 +340,7 @@ impl ClusterSharding {
                 shared: shared as Arc<dyn Any + Send + Sync>,
                 region: region.to_any(),
                 proxy_only,
+                queries: ErasedQueries::of::<E>(),
             },
         );
         Ok(())
@@ -408,6 +416,10 @@ impl ClusterSharding {
         timeout: Duration,
     ) -> Result<ClusterShardingStats, ShardingError> {
         self.region::<E>()?;
+        // Only members with the entity type's role host shards; the
+        // others run proxies, which are not regions (as Pekko, whose
+        // stats list the regions the coordinator knows).
+        let role = self.shared::<E>()?.settings.role.clone();
         let state = self
             .inner
             .cluster
@@ -424,6 +436,7 @@ impl ClusterSharding {
                     troupe_cluster::MemberStatus::Up | troupe_cluster::MemberStatus::Leaving
                 )
             })
+            .filter(|m| role.as_deref().is_none_or(|r| m.has_role(r)))
             .map(|m| {
                 let path = format!("{}/system/{}", m.node.address, region_name(E::TYPE_NAME));
                 let ask = self
@@ -468,4 +481,64 @@ fn register_protocol<E: Entity>(system: &ActorSystem) -> Result<(), troupe_core:
         .register::<Region<E>, ShardEnvelope>()?
         .register::<Region<E>, GetRegionState>()?;
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Queries by type name (for management HTTP, `crate::management`): the
+// generic queries above, reached through function pointers kept per type.
+
+/// A boxed query future.
+type QueryFuture<T> = Pin<Box<dyn Future<Output = Result<T, ShardingError>> + Send>>;
+
+/// The queries of one entity type, without its type.
+#[derive(Clone, Copy)]
+struct ErasedQueries {
+    region_state: fn(ClusterSharding) -> QueryFuture<CurrentShardRegionState>,
+    is_registered: fn(ClusterSharding) -> QueryFuture<bool>,
+    cluster_stats: fn(ClusterSharding, Duration) -> QueryFuture<ClusterShardingStats>,
+}
+
+impl ErasedQueries {
+    fn of<E: Entity>() -> Self {
+        ErasedQueries {
+            region_state: |s| Box::pin(async move { s.region_state::<E>().await }),
+            is_registered: |s| Box::pin(async move { s.is_registered::<E>().await }),
+            cluster_stats: |s, timeout| Box::pin(async move { s.cluster_stats::<E>(timeout).await }),
+        }
+    }
+}
+
+impl ClusterSharding {
+    fn queries_of(&self, type_name: &str) -> Result<ErasedQueries, ShardingError> {
+        let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        types
+            .get(type_name)
+            .map(|e| e.queries)
+            .ok_or_else(|| ShardingError::NotStarted(type_name.to_string()))
+    }
+
+    /// As [`region_state`](Self::region_state), for the entity type named
+    /// `type_name` (`NotStarted` if it is not started on this node).
+    pub async fn region_state_of(
+        &self,
+        type_name: &str,
+    ) -> Result<CurrentShardRegionState, ShardingError> {
+        (self.queries_of(type_name)?.region_state)(self.clone()).await
+    }
+
+    /// As [`is_registered`](Self::is_registered), for the entity type named
+    /// `type_name`.
+    pub async fn is_registered_of(&self, type_name: &str) -> Result<bool, ShardingError> {
+        (self.queries_of(type_name)?.is_registered)(self.clone()).await
+    }
+
+    /// As [`cluster_stats`](Self::cluster_stats), for the entity type named
+    /// `type_name`.
+    pub async fn cluster_stats_of(
+        &self,
+        type_name: &str,
+        timeout: Duration,
+    ) -> Result<ClusterShardingStats, ShardingError> {
+        (self.queries_of(type_name)?.cluster_stats)(self.clone(), timeout).await
+    }
 }

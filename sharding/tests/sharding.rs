@@ -193,3 +193,17 @@ fn a_leaving_node_hands_its_shards_off_before_it_goes() {
         }
     });
 }
+
+#[test]
+fn a_message_sent_right_after_start_is_delivered() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let node = start_nodes(1, &probe, sharding_settings()).pop().unwrap();
+        // No wait for the cluster or the region: the ask is buffered until
+        // the region runs and the node is Up.
+        let a = node.sharding.entity_ref::<Counter>("early").unwrap();
+        assert_eq!(a.ask_timeout(Add(3), DEADLINE).await.unwrap(), 3);
+        node.system.shutdown().await;
+    });
+}
