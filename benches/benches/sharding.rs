@@ -169,6 +169,7 @@ fn main() {
         }
         wait_total(&total, base + N).await;
         let sharded_rr = N as f64 / t0.elapsed().as_secs_f64();
+        println!("  routing so far: {:?}", sharding.routing_stats::<Target>().unwrap());
         println!(
             "sharding bench: tell, round robin over {E} entities\n  direct  {:>10.0} msg/s\n  sharded {:>10.0} msg/s  ({:.2}x direct)",
             direct_rr,
