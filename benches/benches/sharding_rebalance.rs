@@ -155,8 +155,7 @@ fn main() {
                                     failed.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
-                        })
-                        .detach();
+                        });
                         n += 1;
                     }
                     rt::sleep(Duration::from_millis(2)).await;
