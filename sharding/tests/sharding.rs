@@ -207,3 +207,52 @@ fn a_message_sent_right_after_start_is_delivered() {
         node.system.shutdown().await;
     });
 }
+
+/// A message that names its own counter.
+#[derive(Debug, Clone, troupe_core::Message, serde::Serialize, serde::Deserialize)]
+#[message(reply = i64, name = "test.AddTo")]
+struct AddTo {
+    counter: String,
+    n: i64,
+}
+
+impl troupe_sharding::EntityMessage for AddTo {
+    fn entity_id(&self) -> &str {
+        &self.counter
+    }
+}
+
+#[troupe_core::handlers]
+impl Counter {
+    async fn add_to(&mut self, m: AddTo) -> i64 {
+        self.value += m.n;
+        self.value
+    }
+}
+
+#[test]
+fn envelopes_and_messages_that_name_their_entity_reach_it() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let node = start_nodes(1, &probe, sharding_settings()).pop().unwrap();
+        node.system.register::<Counter, AddTo>().unwrap();
+        let s = &node.sharding;
+        s.tell_envelope::<Counter, _>(troupe_sharding::ShardingEnvelope::new("x", Add(2)))
+            .unwrap();
+        s.tell_message::<Counter, _>(AddTo {
+            counter: "x".into(),
+            n: 3,
+        })
+        .unwrap();
+        let v = s
+            .ask_message::<Counter, _>(AddTo {
+                counter: "x".into(),
+                n: 0,
+            })
+            .await
+            .unwrap();
+        assert_eq!(v, 5);
+        node.system.shutdown().await;
+    });
+}
