@@ -3,6 +3,7 @@
 //! it was sent on this node, encoded when it came from another.
 
 use crate::entity::Entity;
+use crate::error::ShardingTellError;
 use crate::extractor::{EntityId, ShardId};
 use crate::protocol::ShardEnvelope;
 use crate::region::{Region, ShardRoute};
@@ -157,9 +158,15 @@ where
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
     ) {
-        (*self).send_remote(system, entity, shard, to)
+        if let Err(e) = (*self).send_remote(system, entity.clone(), shard, to) {
+            // Forwarded by the region, after the sender was told it was
+            // accepted: nothing to hand back to.
+            tracing::error!(
+                "sharding: a `{}` for entity `{entity}` was lost on its way to {to}: {e}",
+                M::manifest()
+            );
+        }
     }
-
     fn fail(self: Box<Self>, error: AskError) {
         if let Some(r) = self.reply {
             r.fail(error);
@@ -182,13 +189,15 @@ where
 {
     /// Encodes the message once and sends it to the region of another
     /// node; the reply comes back encoded and is decoded for the asker.
+    /// An ask that cannot be sent is failed through its reply channel; a
+    /// tell is handed back with the reason.
     pub(crate) fn send_remote<E: Entity>(
         self,
         system: &ActorSystem,
         entity: EntityId,
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
-    ) {
+    ) -> Result<(), ShardingTellError<M>> {
         let Typed { msg, reply } = self;
         let encoded = match system.encode_message(&msg) {
             Ok(e) => e,
@@ -197,10 +206,13 @@ where
                     "sharding: a `{}` for entity `{entity}` cannot be sent to {to}: {e}",
                     M::manifest()
                 );
-                if let Some(r) = reply {
-                    r.fail(AskError::NotSendable(e.to_string()));
-                }
-                return;
+                return match reply {
+                    Some(r) => {
+                        r.fail(AskError::NotSendable(e.to_string()));
+                        Ok(())
+                    }
+                    None => Err(ShardingTellError::NotSendable(msg, e.to_string())),
+                };
             }
         };
         let envelope = ShardEnvelope {
@@ -209,15 +221,25 @@ where
             manifest: encoded.manifest.to_string(),
             payload: encoded.bytes,
         };
+        let Some(reply) = reply else {
+            return match to.forward(envelope, None, None) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(match e.error {
+                    TellError::NotSendable(_, why) => ShardingTellError::NotSendable(msg, why),
+                    // The queue to that node is full (or the node is gone):
+                    // refused, so that the sender can slow down.
+                    _ => ShardingTellError::NodeQueueFull(msg),
+                }),
+            };
+        };
         let system = system.clone();
-        let reply = reply.map(|r| {
-            r.map_from(move |enc: EncodedReply| {
-                system
-                    .decode_reply::<M>(&enc.0)
-                    .map_err(|e| AskError::Remote(e.to_string()))
-            })
+        let reply = reply.map_from(move |enc: EncodedReply| {
+            system
+                .decode_reply::<M>(&enc.0)
+                .map_err(|e| AskError::Remote(e.to_string()))
         });
-        forward_envelope(envelope, reply, to);
+        forward_envelope(envelope, Some(reply), to);
+        Ok(())
     }
 }
 

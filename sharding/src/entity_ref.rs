@@ -4,7 +4,7 @@ use crate::delivery::{Body, Delivery, Typed};
 use crate::entity::Entity;
 use crate::error::ShardingTellError;
 use crate::extractor::EntityId;
-use crate::region::{Refused, RegionShared, ShardRoute};
+use crate::region::{Direct, Refused, RegionShared, ShardRoute};
 use crate::sharding::ClusterSharding;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::ser::SerializeStruct;
@@ -115,8 +115,10 @@ impl<E: Entity> EntityRef<E> {
         M: Message + Serialize + DeserializeOwned,
         M::Reply: Serialize + DeserializeOwned,
     {
-        let Err((msg, reply)) = self.shared.try_direct(&self.route, &self.id, msg, None) else {
-            return Ok(());
+        let (msg, reply) = match self.shared.try_direct(&self.route, &self.id, msg, None) {
+            Ok(()) => return Ok(()),
+            Err(Direct::Refused(e)) => return Err(e),
+            Err(Direct::Slow(msg, reply)) => (msg, reply),
         };
         let body: Box<dyn Body<E>> = Box::new(Typed { msg, reply });
         match self
@@ -156,11 +158,14 @@ impl<E: Entity> EntityRef<E> {
         M::Reply: Serialize + DeserializeOwned,
     {
         let (replier, ask) = Replier::channel(timeout);
-        let Err((msg, reply)) = self
+        let (msg, reply) = match self
             .shared
             .try_direct(&self.route, &self.id, msg, Some(replier))
-        else {
-            return ask;
+        {
+            Ok(()) => return ask,
+            // An ask's failures travel through its reply channel.
+            Err(Direct::Refused(_)) => return ask,
+            Err(Direct::Slow(msg, reply)) => (msg, reply),
         };
         let body: Box<dyn Body<E>> = Box::new(Typed { msg, reply });
         match self

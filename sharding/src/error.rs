@@ -63,6 +63,9 @@ pub enum ShardingTellError<M> {
     /// The message cannot be sent to the node that hosts the entity (it
     /// does not encode, or is larger than the frame limit).
     NotSendable(M, String),
+    /// The queue of messages to the node that hosts the entity is full:
+    /// the sender is faster than the network (slow down and retry).
+    NodeQueueFull(M),
 }
 
 impl<M> ShardingTellError<M> {
@@ -71,7 +74,8 @@ impl<M> ShardingTellError<M> {
         match self {
             ShardingTellError::BufferFull(m)
             | ShardingTellError::RegionStopped(m)
-            | ShardingTellError::NotSendable(m, _) => m,
+            | ShardingTellError::NotSendable(m, _)
+            | ShardingTellError::NodeQueueFull(m) => m,
         }
     }
 }
@@ -86,6 +90,7 @@ impl<M> fmt::Debug for ShardingTellError<M> {
             ShardingTellError::NotSendable(_, why) => {
                 write!(f, "ShardingTellError::NotSendable(.., {why:?})")
             }
+            ShardingTellError::NodeQueueFull(_) => f.write_str("ShardingTellError::NodeQueueFull(..)"),
         }
     }
 }
@@ -99,6 +104,9 @@ impl<M> fmt::Display for ShardingTellError<M> {
             ShardingTellError::RegionStopped(_) => f.write_str("the shard region has stopped"),
             ShardingTellError::NotSendable(_, why) => {
                 write!(f, "cannot send to the entity's node: {why}")
+            }
+            ShardingTellError::NodeQueueFull(_) => {
+                f.write_str("the queue of messages to the entity's node is full")
             }
         }
     }

@@ -95,6 +95,14 @@ impl<E: Entity> ShardRoute<E> {
     }
 }
 
+/// Why a message did not take the direct path.
+pub(crate) enum Direct<M: Message> {
+    /// It must go through the region (with its reply channel).
+    Slow(M, Option<Replier<M::Reply>>),
+    /// It was refused (a tell to a node whose queue is full, say).
+    Refused(crate::error::ShardingTellError<M>),
+}
+
 /// What the senders of one entity type on this node share with its region.
 pub(crate) struct RegionShared<E: Entity> {
     pub(crate) system: ActorSystem,
@@ -107,6 +115,8 @@ pub(crate) struct RegionShared<E: Entity> {
     buffered: AtomicUsize,
     /// Messages refused because the buffer was full.
     pub(crate) dropped: AtomicU64,
+    /// Messages sent through the region actor (not the direct path).
+    pub(crate) via_region: AtomicU64,
     /// Rate limit of the buffer-full log line (seconds since `start`).
     last_drop_log: AtomicU64,
     start: Instant,
@@ -132,6 +142,7 @@ impl<E: Entity> RegionShared<E> {
             region: OnceLock::new(),
             buffered: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            via_region: AtomicU64::new(0),
             last_drop_log: AtomicU64::new(u64::MAX),
             start: Instant::now(),
         }
@@ -165,21 +176,20 @@ impl<E: Entity> RegionShared<E> {
     /// and nothing of its shard is in flight through the actors; hands the
     /// message back when it must go through the region. No allocation on
     /// this path for a local entity.
-    #[allow(clippy::type_complexity)]
     pub(crate) fn try_direct<M>(
         &self,
         route: &ShardRoute<E>,
         entity: &EntityId,
         msg: M,
         reply: Option<Replier<M::Reply>>,
-    ) -> Result<(), (M, Option<Replier<M::Reply>>)>
+    ) -> Result<(), Direct<M>>
     where
         E: Handler<M>,
         M: Message + serde::Serialize + serde::de::DeserializeOwned,
         M::Reply: serde::Serialize + serde::de::DeserializeOwned,
     {
         if !route.quiet() {
-            return Err((msg, reply));
+            return Err(Direct::Slow(msg, reply));
         }
         let home = route.read_home();
         match &*home {
@@ -189,20 +199,14 @@ impl<E: Entity> RegionShared<E> {
                     // Stopped by itself: the shard restarts it.
                     Some(actor) => actor
                         .forward(msg, reply, None)
-                        .map_err(|e| (e.error.into_message(), e.reply)),
-                    None => Err((msg, reply)),
+                        .map_err(|e| Direct::Slow(e.error.into_message(), e.reply)),
+                    None => Err(Direct::Slow(msg, reply)),
                 }
             }
-            Home::Remote(region) => {
-                Typed { msg, reply }.send_remote(
-                    &self.system,
-                    entity.clone(),
-                    &route.shard,
-                    region,
-                );
-                Ok(())
-            }
-            Home::Unknown => Err((msg, reply)),
+            Home::Remote(region) => Typed { msg, reply }
+                .send_remote(&self.system, entity.clone(), &route.shard, region)
+                .map_err(Direct::Refused),
+            Home::Unknown => Err(Direct::Slow(msg, reply)),
         }
     }
 
@@ -592,10 +596,16 @@ impl<E: Entity> Region<E> {
                 d.send_remote(&self.shared.system, &shard, &remote);
             }
         }
+        self.finish_shutdown_if_done(ctx);
     }
 
+    /// Stops the region once a graceful shutdown has handed off every
+    /// shard and every buffered message has gone to its shard's new home
+    /// (as Pekko: messages that reached this region while its shards were
+    /// handed off wait here for the new homes; stopping earlier would drop
+    /// them).
     fn finish_shutdown_if_done(&mut self, ctx: &mut Context<Self>) {
-        if self.shutting_down.is_some() && self.shards.is_empty() {
+        if self.shutting_down.is_some() && self.shards.is_empty() && self.buffers.is_empty() {
             let _ = self.coordinator.tell(RegionStopped {
                 region: self.me.clone(),
             });
@@ -673,14 +683,52 @@ impl<E: Entity> Region<E> {
 
     async fn on_begin_hand_off(&mut self, msg: BeginHandOff) {
         let shard = msg.shard;
-        self.shared.route(&shard).set_home(Home::Unknown);
+        let ack = BeginHandOffAck {
+            shard: shard.clone(),
+            region: self.me.clone(),
+        };
+        if self.shards.contains_key(&shard) {
+            // The shard is here: messages for it are still delivered to
+            // it until `HandOff` (after which the shard returns what
+            // reaches it, to be forwarded to the new home).
+            let _ = self.coordinator.tell(ack);
+            return;
+        }
+        let route = self.shared.route(&shard);
+        let home = match &*route.read_home() {
+            Home::Remote(r) => Some(r.clone()),
+            _ => None,
+        };
+        // From here on, messages for the shard wait here for its new home
+        // (the write lock: every direct send to the old home is queued).
+        route.set_home(Home::Unknown);
         self.requested.remove(&shard);
         self.remote_homes.remove(&shard);
         self.handing_off.insert(shard.clone());
-        let _ = self.coordinator.tell(BeginHandOffAck {
-            shard,
-            region: self.me.clone(),
-        });
+        // The acknowledgement goes to the coordinator through the old home,
+        // behind every message sent there before: once the coordinator has
+        // all of them and sends `HandOff`, the old home has received every
+        // message sent to it before the hand-off, and its entities get them
+        // before they stop. Messages that wait at the old home instead, to
+        // be forwarded later, could be overtaken at the new home by those
+        // that waited here (per-sender order lost).
+        match home {
+            Some(old) => {
+                if let Err(e) = old.tell(ack) {
+                    let _ = self.coordinator.tell(e.into_message());
+                }
+            }
+            None => {
+                let _ = self.coordinator.tell(ack);
+            }
+        }
+    }
+
+    /// Another region's acknowledgement of a hand-off of a shard hosted
+    /// here, behind the messages it sent here before (see
+    /// `on_begin_hand_off`): on to the coordinator.
+    async fn on_hand_off_ack(&mut self, msg: BeginHandOffAck) {
+        let _ = self.coordinator.tell(msg);
     }
 
     async fn on_hand_off(&mut self, msg: HandOff) {

@@ -1,0 +1,278 @@
+//! Cluster sharding across three processes on loopback, side by side with
+//! plain remote messages between the same processes, in one run.
+//!
+//! ```sh
+//! cargo bench --manifest-path benches/Cargo.toml --bench sharding_remote
+//! ```
+//!
+//! This process is the first node (the seed, and so the coordinator's
+//! host); it starts two more nodes as child processes (this program re-run
+//! as `node SEED`). Each node hosts the `sink` entity type and a plain
+//! actor of the same type named `plain`. Then, from the first node:
+//! - tell: 1,000,000 messages with a 100-byte body to one entity that
+//!   lives on another node, and the same to that node's `plain` actor;
+//!   messages per second (each run ends with an ask that confirms the count);
+//! - ask: 20,000 sequential asks (after 1,000 to warm up) to that entity
+//!   and to `plain`; round-trip p50 and p99;
+//! - allocation: the first message to 300 entities of shards that have no
+//!   home yet (the region asks the coordinator, which allocates the shard,
+//!   and the owning region starts it); p50 and p99.
+
+#![allow(clippy::print_stdout)]
+
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use troupe_cluster::{Cluster, ClusterSettings, MemberStatus};
+use troupe_core::prelude::*;
+use troupe_core::remote::{Address, RemoteSettings};
+use troupe_core::rt;
+use troupe_sharding::{ClusterSharding, EntityId, EntityRef, ShardingSettings};
+
+const TELL_N: u64 = 1_000_000;
+const ASK_N: usize = 20_000;
+const WARMUP: usize = 1_000;
+const NEW_SHARDS: usize = 300;
+
+#[derive(Message, Serialize, Deserialize)]
+#[message(name = "bench.Body")]
+struct Body(#[serde(with = "serde_bytes")] Vec<u8>);
+
+#[derive(Message, Serialize, Deserialize)]
+#[message(reply = u64, name = "bench.Echo")]
+struct Echo(#[serde(with = "serde_bytes")] Vec<u8>);
+
+#[derive(Message, Serialize, Deserialize)]
+#[message(reply = u64, name = "bench.Received")]
+struct Received;
+
+#[derive(Message, Serialize, Deserialize)]
+#[message(reply = String, name = "bench.Where")]
+struct Where;
+
+struct Sink {
+    received: u64,
+    node: String,
+}
+impl Actor for Sink {}
+
+#[troupe_sharding::entity(name = "sink")]
+impl Sink {
+    async fn body(&mut self, _m: Body) {
+        self.received += 1;
+    }
+    async fn echo(&mut self, m: Echo) -> u64 {
+        m.0.len() as u64
+    }
+    async fn received(&mut self, _m: Received) -> u64 {
+        self.received
+    }
+    async fn where_(&mut self, _m: Where) -> String {
+        self.node.clone()
+    }
+}
+
+struct Node {
+    system: ActorSystem,
+    cluster: Cluster,
+    sharding: ClusterSharding,
+}
+
+fn start_node(seed: Option<&str>) -> Node {
+    let system = ActorSystem::builder("shardbench")
+        .remote(RemoteSettings::new("127.0.0.1:0").with_secret("bench"))
+        .build()
+        .expect("system");
+    let me = system.remoting().unwrap().address().clone();
+    let seed: Address = match seed {
+        Some(s) => s.parse().expect("seed address"),
+        None => me.clone(),
+    };
+    let cluster = Cluster::start(
+        &system,
+        ClusterSettings {
+            seed_nodes: vec![seed],
+            ..ClusterSettings::default()
+        },
+    )
+    .expect("cluster");
+    let sharding = ClusterSharding::new(&system, &cluster).expect("sharding");
+    let name = me.to_string();
+    sharding
+        .start::<Sink>(
+            move |_id: EntityId| Sink {
+                received: 0,
+                node: name.clone(),
+            },
+            ShardingSettings::default(),
+        )
+        .expect("start");
+    system
+        .spawn_named(
+            "plain",
+            Sink {
+                received: 0,
+                node: me.to_string(),
+            },
+        )
+        .expect("plain");
+    Node {
+        system,
+        cluster,
+        sharding,
+    }
+}
+
+/// A child node: runs until its standard input closes.
+fn child(seed: &str) {
+    let node = start_node(Some(seed));
+    println!("{}", node.cluster.self_address());
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    rt::block_on(node.system.shutdown());
+}
+
+fn p(sorted: &[Duration], q: f64) -> f64 {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e6
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() >= 3 && args[1] == "node" {
+        return child(&args[2]);
+    }
+    rt::block_on(async {
+        let first = start_node(None);
+        let seed = first.cluster.self_address().to_string();
+        let exe = std::env::current_exe().expect("own path");
+        let mut children = Vec::new();
+        let mut addresses = Vec::new();
+        for _ in 0..2 {
+            let mut c = Command::new(&exe)
+                .args(["node", &seed])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("child node");
+            let mut line = String::new();
+            BufReader::new(c.stdout.take().unwrap())
+                .read_line(&mut line)
+                .expect("child address");
+            addresses.push(line.trim().to_string());
+            children.push(c);
+        }
+        loop {
+            let s = first.cluster.state().await.expect("state");
+            if s.members.iter().filter(|m| m.status == MemberStatus::Up).count() == 3 {
+                break;
+            }
+            rt::sleep(Duration::from_millis(50)).await;
+        }
+        // An entity on the second node.
+        let target_node = &addresses[0];
+        let mut remote_entity: Option<EntityRef<Sink>> = None;
+        // Shards that have a home by now.
+        let mut used = std::collections::BTreeSet::new();
+        for i in 0.. {
+            let r: EntityRef<Sink> = first.sharding.entity_ref(format!("e{i}")).unwrap();
+            used.insert(r.shard_id().to_string());
+            let at = r
+                .ask_timeout(Where, Duration::from_secs(30))
+                .await
+                .expect("where");
+            if &at == target_node {
+                remote_entity = Some(r);
+                break;
+            }
+        }
+        let entity = remote_entity.expect("an entity on the second node");
+        let plain: ActorRef<Sink> = first
+            .system
+            .resolve(&format!("{target_node}/user/plain"))
+            .expect("plain actor");
+        println!("sharding remote bench: 3 processes; the target lives on {target_node}");
+
+        // Tell.
+        let body = vec![7u8; 100];
+        let t0 = Instant::now();
+        for _ in 0..TELL_N {
+            while plain.tell(Body(body.clone())).is_err() {
+                rt::yield_now().await;
+            }
+        }
+        let n = plain
+            .ask_timeout(Received, Duration::from_secs(120))
+            .await
+            .unwrap();
+        let plain_rate = n as f64 / t0.elapsed().as_secs_f64();
+        let t0 = Instant::now();
+        for _ in 0..TELL_N {
+            while entity.tell(Body(body.clone())).is_err() {
+                rt::yield_now().await;
+            }
+        }
+        let n = entity
+            .ask_timeout(Received, Duration::from_secs(120))
+            .await
+            .unwrap();
+        let sharded_rate = n as f64 / t0.elapsed().as_secs_f64();
+        println!(
+            "  tell (100 B): plain remote {plain_rate:>10.0} msg/s, sharded {sharded_rate:>10.0} msg/s ({:.2}x)",
+            sharded_rate / plain_rate
+        );
+
+        // Ask.
+        let mut plain_rtt = Vec::with_capacity(ASK_N);
+        let mut sharded_rtt = Vec::with_capacity(ASK_N);
+        for i in 0..WARMUP + ASK_N {
+            let t = Instant::now();
+            plain.ask(Echo(body.clone())).await.unwrap();
+            if i >= WARMUP {
+                plain_rtt.push(t.elapsed());
+            }
+        }
+        for i in 0..WARMUP + ASK_N {
+            let t = Instant::now();
+            entity.ask(Echo(body.clone())).await.unwrap();
+            if i >= WARMUP {
+                sharded_rtt.push(t.elapsed());
+            }
+        }
+        plain_rtt.sort();
+        sharded_rtt.sort();
+        println!(
+            "  ask (100 B): plain remote p50 {:.1} us p99 {:.1} us; sharded p50 {:.1} us p99 {:.1} us (+{:.1} us p50)",
+            p(&plain_rtt, 0.5),
+            p(&plain_rtt, 0.99),
+            p(&sharded_rtt, 0.5),
+            p(&sharded_rtt, 0.99),
+            p(&sharded_rtt, 0.5) - p(&plain_rtt, 0.5)
+        );
+
+        // First message to entities of shards with no home yet.
+        let mut alloc = Vec::with_capacity(NEW_SHARDS);
+        let mut i = 0;
+        while alloc.len() < NEW_SHARDS {
+            let r: EntityRef<Sink> = first.sharding.entity_ref(format!("new{i}")).unwrap();
+            i += 1;
+            if !used.insert(r.shard_id().to_string()) {
+                continue;
+            }
+            let t = Instant::now();
+            r.ask_timeout(Received, Duration::from_secs(30)).await.unwrap();
+            alloc.push(t.elapsed());
+        }
+        alloc.sort();
+        println!(
+            "  first message to a new shard ({NEW_SHARDS} shards, allocation round trip): p50 {:.2} ms, p99 {:.2} ms",
+            p(&alloc, 0.5) / 1e3,
+            p(&alloc, 0.99) / 1e3
+        );
+        for mut c in children {
+            drop(c.stdin.take());
+            let _ = c.wait();
+        }
+        first.system.shutdown().await;
+    });
+}
