@@ -488,3 +488,172 @@ fn a_mutable_server_joins_removes_and_downs_members() {
         shutdown(vec![first, second]).await;
     });
 }
+
+#[test]
+fn application_routes_see_the_request_and_readiness_checks_gate_ready() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::Arc;
+    use troupe_cluster::management::{ExtraRoutes, HealthCheck, RouteAnswer, RouteRequest};
+
+    init_logging();
+    rt::block_on(async {
+        // `/echo/{segments}`: the request as the route saw it.
+        let echo: ExtraRoutes = Arc::new(|request: &RouteRequest| {
+            let segments = request.segments_after("/echo")?;
+            let json = serde_json::json!({
+                "method": request.method,
+                "path": request.path,
+                "segments": segments,
+                "query": request.query,
+                "body": String::from_utf8_lossy(&request.body),
+                "text": request.form_field("text"),
+            });
+            let answer: RouteAnswer = Box::pin(async move { (201, json.to_string()) });
+            Some(answer)
+        });
+        // A second route set: tried after the first, before the cluster's.
+        let shadow: ExtraRoutes = Arc::new(|request: &RouteRequest| {
+            if request.path != "/cluster/members/shadowed" && request.path != "/echo-too" {
+                return None;
+            }
+            let answer: RouteAnswer =
+                Box::pin(async { (418, r#"{"message":"second"}"#.to_string()) });
+            Some(answer)
+        });
+        // 0: ready, 1: not ready, 2: too slow, 3: panics.
+        let mode = Arc::new(AtomicU8::new(1));
+        let m = mode.clone();
+        let check: HealthCheck = Arc::new(move || {
+            let mode = m.load(Ordering::SeqCst);
+            Box::pin(async move {
+                match mode {
+                    0 => Ok(()),
+                    1 => Err("still warming up".to_string()),
+                    2 => {
+                        rt::sleep(Duration::from_secs(5)).await;
+                        Ok(())
+                    }
+                    _ => panic!("a buggy check"),
+                }
+            })
+        });
+        let always: HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
+        let settings = |bind: &str| {
+            ManagementSettings::new(bind)
+                .with_extra_routes(echo.clone())
+                .with_extra_routes(shadow.clone())
+                .with_readiness_check("warm-up", check.clone())
+                .with_readiness_check("always", always.clone())
+                .with_health_check_timeout(Duration::from_millis(300))
+        };
+
+        // Not a member yet: both the membership and the warm-up check fail.
+        let lonely_system = system();
+        let lonely_cluster = Cluster::start(&lonely_system, fast_settings(&[], &[])).unwrap();
+        let lonely = ManagementServer::start(lonely_cluster, settings("127.0.0.1:0")).unwrap();
+        let answer = get(lonely.local_addr(), "/ready").await;
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        assert_eq!(
+            answer.json()["failedChecks"],
+            serde_json::json!([
+                {"name": "cluster-membership", "message": "this node is not a member of a cluster yet"},
+                {"name": "warm-up", "message": "still warming up"},
+            ])
+        );
+        assert_eq!(
+            answer.message(),
+            "Not Healthy: check [cluster-membership] failed: this node is not a member of a \
+             cluster yet; check [warm-up] failed: still warming up"
+        );
+        lonely.stop().await;
+        lonely_system.shutdown().await;
+
+        let s = system();
+        let seeds = [address(&s)];
+        let cluster = Cluster::start(&s, fast_settings(&seeds, &[])).unwrap();
+        let server = ManagementServer::start(cluster.clone(), settings("127.0.0.1:0")).unwrap();
+        let node = Node {
+            system: s,
+            cluster,
+            http: server,
+        };
+        await_members(&node, "one Up member", all_up(1)).await;
+
+        // The route sees method, path, query and body, and is served in
+        // read-only mode whatever the method.
+        let answer = http(
+            node.addr(),
+            "POST",
+            "/echo/a%20b/c?text=from-query&x=1",
+            Some("text=from%20body&y=2"),
+        )
+        .await;
+        assert_eq!(answer.status, 201, "{}", answer.body);
+        assert!(answer
+            .head
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"));
+        assert_eq!(
+            answer.json(),
+            serde_json::json!({
+                "method": "POST",
+                "path": "/echo/a%20b/c",
+                "segments": ["a b", "c"],
+                "query": "text=from-query&x=1",
+                "body": "text=from%20body&y=2",
+                "text": "from body",
+            })
+        );
+        let answer = get(node.addr(), "/echo").await;
+        assert_eq!(answer.status, 201);
+        assert_eq!(answer.json()["query"], Value::Null);
+        assert_eq!(answer.json()["segments"], serde_json::json!([]));
+        // Not under /echo: the next route set, then the cluster routes.
+        assert_eq!(get(node.addr(), "/echo-too").await.status, 418);
+        assert_eq!(
+            get(node.addr(), "/cluster/members/shadowed").await.status,
+            418
+        );
+        assert_eq!(get(node.addr(), "/cluster/members").await.status, 200);
+
+        // Up, but the warm-up check fails: 503 naming it.
+        let answer = get(node.addr(), "/ready").await;
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        assert_eq!(
+            answer.json()["failedChecks"],
+            serde_json::json!([{"name": "warm-up", "message": "still warming up"}])
+        );
+        // Every check passes: ready.
+        mode.store(0, Ordering::SeqCst);
+        let answer = get(node.addr(), "/ready").await;
+        assert_eq!((answer.status, answer.body.as_str()), (200, "OK"));
+        // A check that does not answer in time, or panics, fails.
+        mode.store(2, Ordering::SeqCst);
+        let started = Instant::now();
+        let answer = get(node.addr(), "/ready").await;
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        assert_eq!(
+            answer.json()["failedChecks"],
+            serde_json::json!([{"name": "warm-up", "message": "timed out after 300ms"}])
+        );
+        mode.store(3, Ordering::SeqCst);
+        let answer = get(node.addr(), "/ready").await;
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        assert_eq!(answer.json()["failedChecks"][0]["name"], "warm-up");
+        assert!(
+            answer.json()["failedChecks"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("panicked"),
+            "{}",
+            answer.body
+        );
+        // The server survives it.
+        mode.store(0, Ordering::SeqCst);
+        assert_eq!(get(node.addr(), "/ready").await.status, 200);
+        assert_eq!(get(node.addr(), "/alive").await.status, 200);
+
+        shutdown(vec![node]).await;
+    });
+}

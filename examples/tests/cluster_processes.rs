@@ -2,86 +2,11 @@
 //! one is killed with SIGKILL and is downed and removed by the others, one
 //! leaves with SIGTERM and exits cleanly.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-fn node_binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_troupe-node"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Node {
-    child: Child,
-    address: String,
-    log: PathBuf,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Node {
-    fn start(port: u16, seeds: &str, tag: &str) -> Node {
-        let log =
-            std::env::temp_dir().join(format!("troupe-node-{}-{tag}.log", std::process::id()));
-        let child = Command::new(node_binary())
-            .args([
-                "--bind",
-                &format!("127.0.0.1:{port}"),
-                "--seed-nodes",
-                seeds,
-            ])
-            .args(["--http", &format!("127.0.0.1:{}", free_port())])
-            .env("TROUPE_SECRET", "cluster-process-test")
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
-            // Fast enough for a test, slow enough for a loaded machine.
-            .env("TROUPE_GOSSIP_INTERVAL", "300ms")
-            .env("TROUPE_LEADER_ACTIONS_INTERVAL", "200ms")
-            .env("TROUPE_HEARTBEAT_INTERVAL", "300ms")
-            .env("TROUPE_SEED_NODE_TIMEOUT", "2s")
-            .env("TROUPE_DOWNING_STABLE_AFTER", "2s")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("troupe-node starts");
-        Node {
-            child,
-            address: format!("troupe://troupe@127.0.0.1:{port}"),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_for(&self, needle: &str) {
-        let start = Instant::now();
-        while !self.log().contains(needle) {
-            assert!(
-                start.elapsed() < DEADLINE,
-                "{needle:?} never appeared in the log of {}:\n{}",
-                self.address,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
+use support::{free_port, Node, DEADLINE};
 
 #[test]
 fn three_processes_form_a_cluster_survive_a_kill_and_a_leave() {

@@ -50,6 +50,8 @@ pub struct ShardCoordinator<E: Entity> {
     shutting_down: BTreeSet<RegionId>,
     /// `HostShard`s not yet confirmed, and when they were sent.
     unconfirmed: HashMap<ShardId, (RegionId, Instant)>,
+    /// `min-nr-of-members` was reached once (it is not checked again).
+    min_members_reached: bool,
     _entity: PhantomData<fn() -> E>,
 }
 
@@ -83,6 +85,7 @@ impl<E: Entity> ShardCoordinator<E> {
             rebalancing: HashMap::new(),
             shutting_down: BTreeSet::new(),
             unconfirmed: HashMap::new(),
+            min_members_reached: false,
             _entity: PhantomData,
         }
     }
@@ -214,16 +217,26 @@ impl<E: Entity> ShardCoordinator<E> {
             && !self.shutting_down.contains(region)
     }
 
-    /// Enough members are Up to allocate (`min-nr-of-members`).
-    fn allocation_ready(&self) -> bool {
-        let up = self
-            .cluster_state
-            .members
-            .iter()
-            .filter(|m| m.status == MemberStatus::Up)
-            .filter(|m| self.settings.role.as_deref().is_none_or(|r| m.has_role(r)))
-            .count();
-        up >= self.settings.min_nr_of_members
+    /// Enough regions to allocate (`min-nr-of-members`), as Pekko: the
+    /// regions registered (not merely the members Up, so that a member
+    /// that has not started the entity type yet is not counted, and the
+    /// first shards are not all put on the first regions), and checked
+    /// only until the minimum is first reached: a cluster that later
+    /// shrinks below it (a crash) must still allocate the shards of the
+    /// lost members. A coordinator that recovers allocated shards takes
+    /// the minimum as reached.
+    fn allocation_ready(&mut self) -> bool {
+        if !self.min_members_reached {
+            let regions = self
+                .state
+                .regions
+                .keys()
+                .filter(|r| self.member_status(r) == Some(MemberStatus::Up))
+                .count();
+            self.min_members_reached =
+                regions >= self.settings.min_nr_of_members || !self.state.shards.is_empty();
+        }
+        self.min_members_reached
     }
 
     /// Every registered region and proxy: those that must hear of

@@ -90,7 +90,9 @@ impl<M> fmt::Debug for ShardingTellError<M> {
             ShardingTellError::NotSendable(_, why) => {
                 write!(f, "ShardingTellError::NotSendable(.., {why:?})")
             }
-            ShardingTellError::NodeQueueFull(_) => f.write_str("ShardingTellError::NodeQueueFull(..)"),
+            ShardingTellError::NodeQueueFull(_) => {
+                f.write_str("ShardingTellError::NodeQueueFull(..)")
+            }
         }
     }
 }

@@ -633,12 +633,10 @@ impl<E: Entity> Region<E> {
         if !self.registered {
             self.register();
         }
-        let waiting: Vec<ShardId> = self
-            .buffers
-            .keys()
-            .filter(|s| !self.handing_off.contains(*s))
-            .cloned()
-            .collect();
+        // Shards being handed off too (as Pekko): the coordinator does not
+        // answer while the hand-off runs, but one that ended without a new
+        // home (the strategy had none) is allocated only when asked again.
+        let waiting: Vec<ShardId> = self.buffers.keys().cloned().collect();
         for s in waiting {
             self.request_home(&s);
         }

@@ -41,8 +41,11 @@ pub struct ShardingSettings {
     /// How often a region repeats an unanswered registration or request
     /// for a shard's home (`retry-interval`). Default 2 s.
     pub retry_interval: Duration,
-    /// Members (with the role) that must be Up before the coordinator
-    /// allocates any shard (`min-nr-of-members`). Default 1.
+    /// Regions (of Up members with the role) that must have registered
+    /// before the coordinator allocates the first shard
+    /// (`min-nr-of-members`), so that the first shards spread over them.
+    /// Checked only until first reached: a cluster that shrinks below it
+    /// later still allocates. Default 1.
     pub min_nr_of_members: usize,
     /// The coordinator's state is written to a majority of the replicas
     /// plus this many (`coordinator-state.write-majority-plus`). Default 3.

@@ -114,6 +114,18 @@ impl<E: Entity> EntityConfig<E> {
     }
 }
 
+/// How the messages of one entity type sent from this node were routed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoutingStats {
+    /// Messages that went through the region actor: for shards whose home
+    /// was not known or that were moving, for entities that were not
+    /// running, and behind such messages (to keep their order). The rest
+    /// went directly to the entity or its node.
+    pub via_region: u64,
+    /// Messages refused because the region's buffer was full.
+    pub refused: u64,
+}
+
 /// One started entity type on this node.
 struct TypeEntry {
     type_id: TypeId,
@@ -373,6 +385,15 @@ impl ClusterSharding {
         Ok(EntityRef::new(id.into(), shared))
     }
 
+    /// How this node's messages to `E` were routed so far.
+    pub fn routing_stats<E: Entity>(&self) -> Result<RoutingStats, ShardingError> {
+        let shared = self.shared::<E>()?;
+        Ok(RoutingStats {
+            via_region: shared.via_region.load(std::sync::atomic::Ordering::Relaxed),
+            refused: shared.dropped.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
     /// The entity types started (or proxied) on this node.
     pub fn entity_type_names(&self) -> Vec<&'static str> {
         let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
@@ -478,6 +499,7 @@ fn register_protocol<E: Entity>(system: &ActorSystem) -> Result<(), troupe_core:
         .register::<Region<E>, HostShard>()?
         .register::<Region<E>, BeginHandOff>()?
         .register::<Region<E>, HandOff>()?
+        .register::<Region<E>, BeginHandOffAck>()?
         .register::<Region<E>, ShardEnvelope>()?
         .register::<Region<E>, GetRegionState>()?;
     Ok(())
@@ -503,7 +525,9 @@ impl ErasedQueries {
         ErasedQueries {
             region_state: |s| Box::pin(async move { s.region_state::<E>().await }),
             is_registered: |s| Box::pin(async move { s.is_registered::<E>().await }),
-            cluster_stats: |s, timeout| Box::pin(async move { s.cluster_stats::<E>(timeout).await }),
+            cluster_stats: |s, timeout| {
+                Box::pin(async move { s.cluster_stats::<E>(timeout).await })
+            },
         }
     }
 }

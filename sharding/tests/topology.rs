@@ -195,9 +195,25 @@ fn nothing_is_allocated_before_min_nr_of_members_regions_and_nothing_buffered_is
     });
 }
 
-/// Puts every shard on one chosen node; "not now" while none is chosen.
+/// What the test tells its allocation strategy.
+#[derive(Default)]
+struct Choice {
+    /// Where new shards go (none: "not now").
+    node: Mutex<Option<Address>>,
+    /// Shards to move at the next rebalance.
+    to_move: Mutex<BTreeSet<ShardId>>,
+}
+
+impl Choice {
+    fn choose(&self, node: Option<&Node>) {
+        *self.node.lock().unwrap() = node.map(|n| n.address());
+    }
+}
+
+/// Puts every shard on one chosen node; "not now" while none is chosen;
+/// moves the shards it is told to move.
 struct OnChosenNode {
-    chosen: Arc<Mutex<Option<Address>>>,
+    choice: Arc<Choice>,
 }
 
 impl ShardAllocationStrategy for OnChosenNode {
@@ -208,18 +224,48 @@ impl ShardAllocationStrategy for OnChosenNode {
         current: &ShardAllocations,
         _cluster: &ClusterView<'_>,
     ) -> Option<RegionId> {
-        let chosen = self.chosen.lock().unwrap().clone()?;
+        let chosen = self.choice.node.lock().unwrap().clone()?;
         current.keys().find(|r| r.address == chosen).cloned()
     }
 
     fn rebalance(
         &mut self,
         _current: &ShardAllocations,
-        _in_progress: &BTreeSet<ShardId>,
+        in_progress: &BTreeSet<ShardId>,
         _cluster: &ClusterView<'_>,
     ) -> BTreeSet<ShardId> {
-        BTreeSet::new()
+        let mut to_move = self.choice.to_move.lock().unwrap();
+        let now: BTreeSet<ShardId> = to_move.difference(in_progress).cloned().collect();
+        to_move.clear();
+        now
     }
+}
+
+/// Three nodes whose coordinator uses [`OnChosenNode`].
+async fn nodes_with_chosen_allocation(
+    probe: &Arc<Probe>,
+    settings: ShardingSettings,
+) -> (Vec<Node>, Arc<Choice>) {
+    let choice = Arc::new(Choice::default());
+    let start = |node: &Node| {
+        let choice = choice.clone();
+        let config = counter_config(node, probe).with_allocation_strategy(move || OnChosenNode {
+            choice: choice.clone(),
+        });
+        node.start_counter_with(config, settings.clone());
+    };
+    let first = bare_node(None, |_| {});
+    start(&first);
+    let seed = first.address();
+    let mut nodes = vec![first];
+    for _ in 0..2 {
+        let n = bare_node(Some(&seed), |_| {});
+        start(&n);
+        nodes.push(n);
+    }
+    let all: Vec<&Node> = nodes.iter().collect();
+    all_up(&all, 3).await;
+    (nodes, choice)
 }
 
 #[test]
@@ -227,30 +273,11 @@ fn a_custom_allocation_strategy_decides_where_shards_go_and_can_delay_them() {
     init_logging();
     rt::block_on(async {
         let probe = Arc::new(Probe::default());
-        let settings = sharding_settings();
-        let chosen: Arc<Mutex<Option<Address>>> = Arc::new(Mutex::new(None));
-        let start = |node: &Node| {
-            let chosen = chosen.clone();
-            let config =
-                counter_config(node, &probe).with_allocation_strategy(move || OnChosenNode {
-                    chosen: chosen.clone(),
-                });
-            node.start_counter_with(config, settings.clone());
-        };
-        let first = bare_node(None, |_| {});
-        start(&first);
-        let seed = first.address();
-        let mut nodes = vec![first];
-        for _ in 0..2 {
-            let n = bare_node(Some(&seed), |_| {});
-            start(&n);
-            nodes.push(n);
-        }
+        let (nodes, choice) = nodes_with_chosen_allocation(&probe, sharding_settings()).await;
         let all: Vec<&Node> = nodes.iter().collect();
-        all_up(&all, 3).await;
 
         // Every shard on the second node (not the coordinator's).
-        *chosen.lock().unwrap() = Some(nodes[1].address());
+        choice.choose(Some(&nodes[1]));
         for i in 0..20 {
             let from = &nodes[i % 3];
             let at = from
@@ -264,7 +291,7 @@ fn a_custom_allocation_strategy_decides_where_shards_go_and_can_delay_them() {
         assert!(homes.values().all(|n| *n == nodes[1].name()), "{homes:?}");
 
         // No choice: new shards wait (the strategy answers None) ...
-        *chosen.lock().unwrap() = None;
+        choice.choose(None);
         let fresh: Vec<String> = (0..200)
             .map(|i| format!("d{i}"))
             .filter(|id| {
@@ -289,7 +316,7 @@ fn a_custom_allocation_strategy_decides_where_shards_go_and_can_delay_them() {
         assert!(matches!(early, Err(AskError::Timeout(_))), "{early:?}");
         assert_eq!(shard_homes(&all).await.len(), homes.len());
         // ... until the strategy names a home: the third node.
-        *chosen.lock().unwrap() = Some(nodes[2].address());
+        choice.choose(Some(&nodes[2]));
         for ask in waiting {
             assert_eq!(ask.await.unwrap(), nodes[2].name());
         }
@@ -482,6 +509,72 @@ fn a_full_buffer_refuses_tells_and_asks_and_loses_nothing_it_accepted() {
         assert_eq!(b.ask_timeout(Add(1), ASK).await.unwrap(), 1);
         assert_eq!(probe.received("a"), vec![0, 1, 2, 3]);
         assert_eq!(probe.received("b"), vec![0, 1]);
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes).await;
+    });
+}
+
+#[test]
+fn shards_the_strategy_moves_go_where_it_says_and_wait_while_it_has_no_home_for_them() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let (nodes, choice) = nodes_with_chosen_allocation(&probe, sharding_settings()).await;
+        let all: Vec<&Node> = nodes.iter().collect();
+        choice.choose(Some(&nodes[1]));
+        let a = nodes[0].counter("a");
+        let b = nodes[2].counter("b");
+        assert_ne!(a.shard_id(), b.shard_id());
+        assert_eq!(
+            a.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            nodes[1].name()
+        );
+        assert_eq!(
+            b.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            nodes[1].name()
+        );
+
+        // Pekko's "rebalance specified shards": a's shard moves to the
+        // third node; b's stays.
+        choice.choose(Some(&nodes[2]));
+        choice.to_move.lock().unwrap().insert(a.shard_id().into());
+        eventually("a's shard moved to the third node", async || {
+            nodes[2].hosted_shards().await.contains(a.shard_id())
+        })
+        .await;
+        assert_eq!(
+            a.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            nodes[2].name()
+        );
+        assert_eq!(
+            b.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            nodes[1].name()
+        );
+
+        // b's shard is moved while the strategy has no home for it: its
+        // messages wait (from every node) until it names one.
+        choice.choose(None);
+        choice.to_move.lock().unwrap().insert(b.shard_id().into());
+        eventually("b's shard left the second node", async || {
+            !nodes[1].hosted_shards().await.contains(b.shard_id())
+        })
+        .await;
+        let waiting: Vec<_> = nodes
+            .iter()
+            .map(|n| {
+                n.counter("b")
+                    .ask_timeout(WhereAreYou, Duration::from_secs(30))
+            })
+            .collect();
+        let early = b.ask_timeout(Add(1), Duration::from_millis(800)).await;
+        assert!(matches!(early, Err(AskError::Timeout(_))), "{early:?}");
+        assert!(!shard_homes(&all).await.contains_key(b.shard_id()));
+        choice.choose(Some(&nodes[0]));
+        for ask in waiting {
+            assert_eq!(ask.await.unwrap(), nodes[0].name());
+        }
+        assert_eq!(b.ask_timeout(Add(0), ASK).await.unwrap(), 1);
+        assert_no_shard_twice(&all).await;
         assert_eq!(probe.state(|p| p.max_alive), 1);
         shutdown_all(nodes).await;
     });

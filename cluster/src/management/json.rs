@@ -104,3 +104,47 @@ impl ClusterMembers {
         }
     }
 }
+
+/// The answer to `GET /ready` when this node is not ready (status 503):
+/// why, and every check that failed.
+///
+/// ```json
+/// {"message":"Not Healthy: check [sharding] failed: ...",
+///  "failedChecks":[{"name":"sharding","message":"..."}]}
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotReady {
+    /// `Not Healthy: ` and the failures, in one line.
+    pub message: String,
+    /// The failing checks, in the order they were registered;
+    /// `cluster-membership` (this member is not Up or WeaklyUp) first.
+    pub failed_checks: Vec<FailedCheck>,
+}
+
+/// One failing readiness check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedCheck {
+    /// The check's name.
+    pub name: String,
+    /// Why it fails (or that it timed out or panicked).
+    pub message: String,
+}
+
+impl NotReady {
+    /// The answer for these failures.
+    pub fn of(failed_checks: Vec<FailedCheck>) -> Self {
+        let message = format!(
+            "Not Healthy: {}",
+            failed_checks
+                .iter()
+                .map(|c| format!("check [{}] failed: {}", c.name, c.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        NotReady {
+            message,
+            failed_checks,
+        }
+    }
+}

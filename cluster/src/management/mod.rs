@@ -9,8 +9,15 @@
 //! | `POST /cluster/members` (form `address`) | joins the cluster of that address |
 //! | `PUT /cluster/members/{address}` (form `operation` = `Down` or `Leave`) | downs the member, or asks it to leave |
 //! | `DELETE /cluster/members/{address}` | asks the member to leave |
-//! | `GET /ready` | 200 when this node is Up or WeaklyUp, 503 otherwise |
+//! | `GET /ready` | 200 when this node is Up or WeaklyUp and every readiness check passes, 503 ([`NotReady`]) otherwise |
 //! | `GET /alive` | 200 while the server runs |
+//!
+//! Applications extend the server (as Akka Management's route providers
+//! and health checks): [`ManagementSettings::with_extra_routes`] adds
+//! routes that see the whole request ([`RouteRequest`]: method, path,
+//! query, body), tried before the cluster routes, and
+//! [`ManagementSettings::with_readiness_check`] adds a named check to
+//! `/ready` (cluster sharding offers both in `troupe_sharding::management`).
 //!
 //! `{address}` is a node's address (`troupe://SYSTEM@HOST:PORT`), URL-encoded
 //! or not, or its `SYSTEM@HOST:PORT` part. Errors are JSON
@@ -42,6 +49,12 @@ mod server;
 mod settings;
 mod timer;
 
-pub use json::{ClusterMember, ClusterMembers, ClusterUnreachableMember, ManagementMessage};
+pub use json::{
+    ClusterMember, ClusterMembers, ClusterUnreachableMember, FailedCheck, ManagementMessage,
+    NotReady,
+};
 pub use server::ManagementServer;
-pub use settings::{ExtraRoutes, ManagementError, ManagementSettings, RouteAnswer};
+pub use settings::{
+    ExtraRoutes, HealthCheck, HealthCheckResult, ManagementError, ManagementSettings, RouteAnswer,
+    RouteRequest,
+};

@@ -1,14 +1,19 @@
 //! The routes: from a request's method, path and form fields to a status
 //! and a body. Nothing here knows about sockets or hyper's connections.
 
-use super::json::{ClusterMember, ClusterMembers, ManagementMessage};
+use super::json::{ClusterMember, ClusterMembers, FailedCheck, ManagementMessage, NotReady};
+use super::settings::{ExtraRoutes, HealthCheck, RouteRequest};
 use crate::cluster::Cluster;
 use crate::events::CurrentClusterState;
 use crate::member::{Member, MemberStatus};
+use futures_lite::FutureExt;
 use hyper::{Method, StatusCode};
 use serde::Serialize;
 use std::borrow::Cow;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
 use troupe_core::remote::Address;
+use troupe_core::rt;
 
 const MEMBERS: &str = "/cluster/members";
 const JSON: &str = "application/json";
@@ -78,8 +83,13 @@ impl Reply {
 pub(crate) struct Routes {
     cluster: Cluster,
     read_only: bool,
-    extra: Option<super::settings::ExtraRoutes>,
+    extra: Vec<ExtraRoutes>,
+    checks: Vec<(String, HealthCheck)>,
+    check_timeout: Duration,
 }
+
+/// The name of the built-in readiness check (Akka Management's).
+const MEMBERSHIP_CHECK: &str = "cluster-membership";
 
 /// The form fields of a request: the query string's, then the body's (a
 /// body field wins over a query field of the same name).
@@ -88,12 +98,8 @@ pub(crate) struct Form(Vec<(String, String)>);
 impl Form {
     /// Decodes `application/x-www-form-urlencoded` from the query string
     /// and the body.
-    pub(crate) fn parse(query: Option<&str>, body: &[u8]) -> Form {
-        let mut fields: Vec<(String, String)> = query
-            .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
-            .unwrap_or_default();
-        fields.extend(form_urlencoded::parse(body).into_owned());
-        Form(fields)
+    fn of(request: &RouteRequest) -> Form {
+        Form(request.form())
     }
 
     fn get(&self, name: &str) -> Option<&str> {
@@ -160,26 +166,21 @@ fn find_member<'s>(state: &'s CurrentClusterState, key: &str) -> Option<&'s Memb
 }
 
 impl Routes {
-    pub(crate) fn new(
-        cluster: Cluster,
-        read_only: bool,
-        extra: Option<super::settings::ExtraRoutes>,
-    ) -> Routes {
+    pub(crate) fn new(cluster: Cluster, settings: &super::settings::ManagementSettings) -> Routes {
         Routes {
             cluster,
-            read_only,
-            extra,
+            read_only: settings.read_only,
+            extra: settings.extra_routes.clone(),
+            checks: settings.readiness_checks.clone(),
+            check_timeout: settings.health_check_timeout,
         }
     }
 
-    /// Answers one request. `path` is the request's path, still
-    /// percent-encoded.
-    pub(crate) async fn handle(&self, method: &Method, path: &str, form: &Form) -> Reply {
-        if let Some(answer) = self
-            .extra
-            .as_ref()
-            .and_then(|extra| extra(method.as_str(), path))
-        {
+    /// Answers one request (its path still percent-encoded).
+    pub(crate) async fn handle(&self, method: &Method, request: &RouteRequest) -> Reply {
+        let path = request.path.as_str();
+        let form = &Form::of(request);
+        if let Some(answer) = self.extra.iter().find_map(|extra| extra(request)) {
             let (status, body) = answer.await;
             return Reply {
                 status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -194,7 +195,7 @@ impl Routes {
                 return Reply::message(
                     StatusCode::NOT_FOUND,
                     format!("No route for {method} {path}"),
-                )
+                );
             }
             Err(why) => return Reply::message(StatusCode::BAD_REQUEST, why),
         };
@@ -296,28 +297,63 @@ impl Routes {
         }
     }
 
+    /// `GET /ready`: 200 `OK` if this member is Up or WeaklyUp and every
+    /// registered check passes (all run at once, each within the check
+    /// timeout); else 503 with [`NotReady`].
     async fn ready(&self) -> Reply {
-        match self.cluster.state().await {
-            Ok(state) => {
-                let me = self.cluster.self_node();
-                match state.members.iter().find(|m| &m.node == me) {
-                    Some(m) if matches!(m.status, MemberStatus::Up | MemberStatus::WeaklyUp) => {
-                        Reply::text(StatusCode::OK, "OK")
-                    }
-                    Some(m) => Reply::text(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("Not Healthy: this node is {}", m.status),
-                    ),
-                    None => Reply::text(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "Not Healthy: this node is not a member of a cluster yet",
-                    ),
-                }
+        let timeout = self.check_timeout;
+        let handles: Vec<_> = self
+            .checks
+            .iter()
+            .map(|(name, check)| {
+                let (name, check) = (name.clone(), check.clone());
+                rt::spawn(async move {
+                    let run = AssertUnwindSafe(async move { check().await }).catch_unwind();
+                    let outcome = match rt::timeout(timeout, run).await {
+                        None => Err(format!("timed out after {timeout:?}")),
+                        Some(Err(_)) => {
+                            tracing::error!("management HTTP: readiness check [{name}] panicked");
+                            Err("panicked (see the server's log)".to_string())
+                        }
+                        Some(Ok(outcome)) => outcome,
+                    };
+                    (name, outcome)
+                })
+            })
+            .collect();
+        let mut failed = Vec::new();
+        if let Err(message) = self.membership_check().await {
+            failed.push(FailedCheck {
+                name: MEMBERSHIP_CHECK.to_string(),
+                message,
+            });
+        }
+        for handle in handles {
+            let (name, outcome) = handle.await;
+            if let Err(message) = outcome {
+                failed.push(FailedCheck { name, message });
             }
-            Err(e) => Reply::text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("Not Healthy: the cluster did not answer: {e}"),
-            ),
+        }
+        if failed.is_empty() {
+            return Reply::text(StatusCode::OK, "OK");
+        }
+        let not_ready = NotReady::of(failed);
+        tracing::debug!("management HTTP: not ready: {}", not_ready.message);
+        Reply::json(StatusCode::SERVICE_UNAVAILABLE, &not_ready)
+    }
+
+    /// Akka Management's `cluster-membership` check: this member is Up or
+    /// WeaklyUp.
+    async fn membership_check(&self) -> Result<(), String> {
+        let state = rt::timeout(self.check_timeout, self.cluster.state())
+            .await
+            .ok_or_else(|| format!("the cluster did not answer within {:?}", self.check_timeout))?
+            .map_err(|e| format!("the cluster did not answer: {e}"))?;
+        let me = self.cluster.self_node();
+        match state.members.iter().find(|m| &m.node == me) {
+            Some(m) if matches!(m.status, MemberStatus::Up | MemberStatus::WeaklyUp) => Ok(()),
+            Some(m) => Err(format!("this node is {}", m.status)),
+            None => Err("this node is not a member of a cluster yet".to_string()),
         }
     }
 }
@@ -373,9 +409,10 @@ mod tests {
 
     #[test]
     fn form_fields_come_from_query_and_body() {
-        let f = Form::parse(
-            Some("operation=Down&x=1"),
-            b"operation=Leave&address=troupe%3A%2F%2Fa%40b%3A1",
+        let f = Form::of(
+            &RouteRequest::new("PUT", "/")
+                .with_query("operation=Down&x=1")
+                .with_body("operation=Leave&address=troupe%3A%2F%2Fa%40b%3A1"),
         );
         assert_eq!(f.get("operation"), Some("Leave"));
         assert_eq!(f.get("x"), Some("1"));

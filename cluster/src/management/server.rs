@@ -1,8 +1,8 @@
 //! The HTTP server: a listener task that accepts connections, and one task
 //! per connection that serves HTTP/1.1 with hyper.
 
-use super::routes::{Form, Reply, Routes};
-use super::settings::{ManagementError, ManagementSettings};
+use super::routes::{Reply, Routes};
+use super::settings::{ManagementError, ManagementSettings, RouteRequest};
 use super::timer::RtTimer;
 use crate::cluster::Cluster;
 use futures_lite::FutureExt;
@@ -68,11 +68,7 @@ impl ManagementServer {
         listener.set_nonblocking(true).map_err(cannot)?;
         let listener = rt::TcpListener::from(listener);
         let (stop, stopped) = async_channel::bounded::<()>(1);
-        let routes = Arc::new(Routes::new(
-            cluster,
-            settings.read_only,
-            settings.extra_routes.clone(),
-        ));
+        let routes = Arc::new(Routes::new(cluster, &settings));
         let accept = rt::spawn(accept_loop(listener, routes, stopped));
         tracing::info!(
             "management HTTP listening on http://{local_addr}{}",
@@ -184,8 +180,13 @@ async fn respond(routes: &Routes, request: Request<Incoming>) -> Response<Full<B
             format!("Cannot read the request body: {e}"),
         ),
         Some(Ok(body)) => {
-            let form = Form::parse(parts.uri.query(), &body.to_bytes());
-            let handled = AssertUnwindSafe(routes.handle(&parts.method, parts.uri.path(), &form))
+            let request = RouteRequest {
+                method: parts.method.as_str().to_string(),
+                path: parts.uri.path().to_string(),
+                query: parts.uri.query().map(str::to_string),
+                body: Vec::from(body.to_bytes()),
+            };
+            let handled = AssertUnwindSafe(routes.handle(&parts.method, &request))
                 .catch_unwind()
                 .await;
             handled.unwrap_or_else(|_| {

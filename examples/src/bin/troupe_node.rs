@@ -8,21 +8,42 @@
 //! It joins the cluster of its seed nodes (the first seed forms a new
 //! cluster if no other answers), logs every membership change, and on
 //! SIGTERM or Ctrl-C runs the coordinated shutdown: it leaves the cluster
-//! gracefully (its singleton moves) and exits with status 0. It also
-//! shuts down, with a failure status, when the others down it.
+//! gracefully (its singleton moves, its shards are handed off) and exits
+//! with status 0. It also shuts down, with a failure status, when the
+//! others down it.
+//!
+//! Besides the cluster routes, its management HTTP server serves:
+//!
+//! - `POST /tickets`: the next number from the demo singleton;
+//! - `POST /counters/{id}` (form `add=N`) and `GET /counters/{id}`: the demo
+//!   sharded entity `counter`, whose value lives in distributed data
+//!   (majority writes and reads, durable under `--data-dir`), so it
+//!   survives rebalancing, leaving nodes, crashes of a minority and full
+//!   restarts; answers `{"id":"...","value":V,"node":"troupe://..."}`;
+//! - the sharding routes (`GET /cluster/shards`, `/cluster/shards/{name}`,
+//!   `/cluster/shards/{name}/state`, `/cluster/shards/{name}/stats`), and
+//!   `/ready` waits for the sharding readiness check.
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use troupe_cluster::coordinated_shutdown::{Phase, Reason};
-use troupe_cluster::management::{ExtraRoutes, ManagementServer, ManagementSettings, RouteAnswer};
+use troupe_cluster::ddata::{
+    Key, PNCounter, ReadConsistency, Replicator, ReplicatorSettings, WriteConsistency,
+};
+use troupe_cluster::management::{
+    ExtraRoutes, ManagementServer, ManagementSettings, RouteAnswer, RouteRequest,
+};
+use troupe_cluster::member::UniqueAddress;
 use troupe_cluster::singleton::{self, ClusterSingletonSettings, SingletonProxy};
 use troupe_cluster::{Cluster, ClusterEvent, ClusterSettings};
 use troupe_core::prelude::*;
 use troupe_core::remote::{Address, RemoteSettings};
 use troupe_core::rt;
+use troupe_sharding::{ClusterSharding, EntityId, ShardingSettings};
 
 #[derive(Parser)]
 #[command(name = "troupe-node", about = "A Troupe cluster node")]
@@ -45,12 +66,19 @@ struct Args {
     /// The shared cluster secret (or TROUPE_SECRET).
     #[arg(long, env = "TROUPE_SECRET", hide_env_values = true)]
     secret: Option<String>,
-    /// A TOML file of cluster settings (TROUPE_* variables override it).
+    /// A TOML file of cluster settings, and of sharding settings in its
+    /// `[sharding]` table (TROUPE_* and TROUPE_SHARDING_* variables
+    /// override it).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Enables the mutating management routes (join, leave, down).
     #[arg(long)]
     http_mutable: bool,
+    /// The directory of this node's durable store (the counters' values);
+    /// default `./troupe-data/SYSTEM-PORT`. One per node: two running nodes
+    /// cannot share it.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
 }
 
 fn settings(args: &Args) -> Result<ClusterSettings, String> {
@@ -81,6 +109,16 @@ fn settings(args: &Args) -> Result<ClusterSettings, String> {
     Ok(s)
 }
 
+/// The settings of the `counter` entity type: the `[sharding]` table of
+/// `--config`, then `TROUPE_SHARDING_*` variables.
+fn sharding_settings(args: &Args) -> Result<ShardingSettings, String> {
+    let base = match &args.config {
+        Some(path) => ShardingSettings::from_file(path).map_err(|e| e.to_string())?,
+        None => ShardingSettings::default(),
+    };
+    base.with_env().map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -100,6 +138,7 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<(), String> {
     let settings = settings(&args)?;
+    let sharding_settings = sharding_settings(&args)?;
     let mut remote = RemoteSettings::new(args.bind.clone());
     remote.secret = args.secret.clone();
     let system = ActorSystem::builder(&args.system)
@@ -108,6 +147,23 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let cluster = Cluster::start(&system, settings).map_err(|e| e.to_string())?;
     tracing::info!("node {} started", cluster.self_node());
+    // Distributed data with the counters' keys on disk, started before
+    // sharding so that sharding shares this replicator.
+    let data_dir = args.data_dir.clone().unwrap_or_else(|| {
+        let port = cluster.self_address().port();
+        PathBuf::from("troupe-data").join(format!("{}-{port}", args.system))
+    });
+    let replicator = Replicator::start(
+        &system,
+        &cluster,
+        ReplicatorSettings {
+            durable_keys: vec![format!("{COUNTER_KEY_PREFIX}*")],
+            durable_store: data_dir.join("ddata.redb"),
+            ..ReplicatorSettings::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    tracing::info!("durable data in {}", data_dir.display());
     // The demo singleton: a cluster-wide ticket counter, on the oldest node.
     system
         .register::<Tickets, NextTicket>()
@@ -127,11 +183,34 @@ fn run(args: Args) -> Result<(), String> {
         ClusterSingletonSettings::default(),
     )
     .map_err(|e| e.to_string())?;
+    // The demo sharded entity, on every node.
+    let sharding = ClusterSharding::new(&system, &cluster).map_err(|e| e.to_string())?;
+    let (node, me) = (
+        cluster.self_address().to_string(),
+        cluster.self_node().clone(),
+    );
+    sharding
+        .start::<Counter>(
+            move |id| Counter {
+                key: Key::new(format!("{COUNTER_KEY_PREFIX}{id}")),
+                id,
+                node: node.clone(),
+                me: me.clone(),
+                replicator: replicator.clone(),
+                loaded: false,
+            },
+            sharding_settings,
+        )
+        .map_err(|e| e.to_string())?;
     let management = ManagementServer::start(
         cluster.clone(),
-        ManagementSettings::new(args.http.clone())
-            .with_read_only(!args.http_mutable)
-            .with_extra_routes(ticket_routes(tickets)),
+        troupe_sharding::management::with_sharding(
+            ManagementSettings::new(args.http.clone())
+                .with_read_only(!args.http_mutable)
+                .with_extra_routes(ticket_routes(tickets))
+                .with_extra_routes(counter_routes(sharding.clone())),
+            &sharding,
+        ),
     )
     .map_err(|e| format!("management HTTP on {}: {e}", args.http))?;
     tracing::info!(
@@ -144,8 +223,9 @@ fn run(args: Args) -> Result<(), String> {
         }
     );
     // The coordinated shutdown: the HTTP server stops taking requests
-    // first (Akka's service-unbind), then the node leaves the cluster, its
-    // singleton moves, and the actor system stops.
+    // first (Akka's service-unbind), then the region hands its shards off,
+    // the node leaves the cluster, its singleton moves, and the actor
+    // system stops.
     let shutdown = cluster.coordinated_shutdown().clone();
     shutdown
         .add_task(
@@ -258,11 +338,11 @@ impl Tickets {
 
 /// `POST /tickets`: the next ticket, from wherever the singleton runs.
 fn ticket_routes(tickets: SingletonProxy<Tickets>) -> ExtraRoutes {
-    Arc::new(move |method: &str, path: &str| {
-        if path.trim_end_matches('/') != "/tickets" {
+    Arc::new(move |request: &RouteRequest| {
+        if request.path.trim_end_matches('/') != "/tickets" {
             return None;
         }
-        if method != "POST" {
+        if request.method != "POST" {
             let answer: RouteAnswer =
                 Box::pin(async { (405, r#"{"message":"use POST /tickets"}"#.to_string()) });
             return Some(answer);
@@ -281,6 +361,218 @@ fn ticket_routes(tickets: SingletonProxy<Tickets>) -> ExtraRoutes {
             }
         });
         Some(answer)
+    })
+}
+
+/// The prefix of the counters' keys in distributed data (one key per
+/// counter: `counter-{id}`), which are durable.
+const COUNTER_KEY_PREFIX: &str = "counter-";
+/// How long the counter's reads and writes wait for a majority.
+const COUNTER_DATA_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long an HTTP request waits for the counter's answer.
+const COUNTER_ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The demo entity: a counter whose value lives in distributed data (a
+/// PN-counter per entity, written and read with majority consistency), so
+/// that a new incarnation elsewhere — after a rebalance, a leave or a crash
+/// — finds it.
+struct Counter {
+    id: EntityId,
+    /// `troupe://SYSTEM@HOST:PORT` of this node.
+    node: String,
+    me: UniqueAddress,
+    key: Key<PNCounter>,
+    replicator: Replicator,
+    /// True once this incarnation has read the value from a majority.
+    loaded: bool,
+}
+
+impl Actor for Counter {
+    /// On a hand-off (or passivation), writes the value to a majority once
+    /// more: when this node is leaving, the majority is of the members that
+    /// stay, so the next incarnation's read finds it even if gossip has not
+    /// carried it there yet.
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        if !self.loaded {
+            return;
+        }
+        let written = self
+            .replicator
+            .update(
+                &self.key,
+                PNCounter::new(),
+                WriteConsistency::Majority {
+                    timeout: COUNTER_DATA_TIMEOUT,
+                },
+                |c| c,
+            )
+            .await;
+        if let Err(e) = written {
+            tracing::debug!(
+                "counter {} stops without a final majority write: {e}",
+                self.id
+            );
+        }
+    }
+}
+
+/// Adds `n` (negative to subtract) to a counter; replies with its new value
+/// once a majority of the nodes have the change.
+#[derive(Debug, Message, Serialize, Deserialize)]
+#[message(reply = Result<CounterValue, String>, name = "troupe-node.AddToCounter")]
+struct AddToCounter {
+    n: i64,
+}
+
+/// Asks for a counter's value.
+#[derive(Debug, Message, Serialize, Deserialize)]
+#[message(reply = Result<CounterValue, String>, name = "troupe-node.GetCounter")]
+struct GetCounter;
+
+/// A counter's value and the node of the incarnation that answered.
+#[derive(Debug, Serialize, Deserialize)]
+struct CounterValue {
+    value: i64,
+    node: String,
+}
+
+impl Counter {
+    fn clamp(value: i128) -> i64 {
+        value.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    }
+
+    /// The value: from a majority of the replicas the first time (they have
+    /// every write acknowledged by a majority, wherever it was made), from
+    /// this node's replica after that (this incarnation is the only
+    /// writer).
+    async fn read(&mut self) -> Result<i64, String> {
+        let consistency = if self.loaded {
+            ReadConsistency::Local
+        } else {
+            ReadConsistency::Majority {
+                timeout: COUNTER_DATA_TIMEOUT,
+            }
+        };
+        let value = self
+            .replicator
+            .get(&self.key, consistency)
+            .await
+            .map_err(|e| format!("cannot read counter {}: {e}", self.id))?;
+        if !self.loaded {
+            tracing::debug!("counter {} loaded on {}", self.id, self.node);
+        }
+        self.loaded = true;
+        Ok(value.map(|c| Self::clamp(c.value())).unwrap_or(0))
+    }
+}
+
+#[troupe_sharding::entity(name = "counter")]
+impl Counter {
+    async fn add(&mut self, msg: AddToCounter) -> Result<CounterValue, String> {
+        // The first message of an incarnation merges in the majority's
+        // value, so that the write below starts from it.
+        self.read().await?;
+        let (me, n) = (self.me.clone(), msg.n);
+        let seen = Arc::new(Mutex::new(None));
+        let value = seen.clone();
+        self.replicator
+            .update(
+                &self.key,
+                PNCounter::new(),
+                WriteConsistency::Majority {
+                    timeout: COUNTER_DATA_TIMEOUT,
+                },
+                move |mut c| {
+                    c.change(&me, n);
+                    *value.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.value());
+                    c
+                },
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "the add to counter {} is applied on {} but a majority did not confirm it: {e}",
+                    self.id, self.node
+                )
+            })?;
+        let value = seen.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Ok(CounterValue {
+            value: Self::clamp(value.unwrap_or_default()),
+            node: self.node.clone(),
+        })
+    }
+
+    async fn get(&mut self, _msg: GetCounter) -> Result<CounterValue, String> {
+        Ok(CounterValue {
+            value: self.read().await?,
+            node: self.node.clone(),
+        })
+    }
+}
+
+fn json_message(status: u16, message: impl Into<String>) -> (u16, String) {
+    (
+        status,
+        serde_json::json!({ "message": message.into() }).to_string(),
+    )
+}
+
+/// `POST /counters/{id}` (form `add=N`) and `GET /counters/{id}`.
+fn counter_routes(sharding: ClusterSharding) -> ExtraRoutes {
+    Arc::new(move |request: &RouteRequest| {
+        let segments = request.segments_after("/counters")?;
+        let ready = |answer: (u16, String)| -> Option<RouteAnswer> {
+            Some(Box::pin(async move { answer }))
+        };
+        let [id] = segments.as_slice() else {
+            return ready(json_message(404, "use /counters/{id}"));
+        };
+        let counter = match sharding.entity_ref::<Counter>(id.as_str()) {
+            Ok(c) => c,
+            Err(e) => return ready(json_message(503, e.to_string())),
+        };
+        let id = id.clone();
+        let reply = match request.method.as_str() {
+            "GET" | "HEAD" => counter.ask_timeout(GetCounter, COUNTER_ASK_TIMEOUT),
+            "POST" => {
+                let Some(text) = request.form_field("add") else {
+                    return ready(json_message(
+                        400,
+                        "missing form field `add` (a signed integer, in a body of type \
+                         application/x-www-form-urlencoded)",
+                    ));
+                };
+                let Ok(n) = text.parse::<i64>() else {
+                    return ready(json_message(
+                        400,
+                        format!("form field `add` must be a signed integer, not `{text}`"),
+                    ));
+                };
+                counter.ask_timeout(AddToCounter { n }, COUNTER_ASK_TIMEOUT)
+            }
+            other => {
+                return ready(json_message(
+                    405,
+                    format!("{other} is not allowed on /counters/{{id}}; use GET or POST"),
+                ));
+            }
+        };
+        Some(Box::pin(async move {
+            match reply.await {
+                Ok(Ok(v)) => (
+                    200,
+                    serde_json::json!({"id": id, "value": v.value, "node": v.node}).to_string(),
+                ),
+                Ok(Err(why)) => json_message(503, why),
+                Err(e) => json_message(
+                    503,
+                    format!(
+                        "sharding did not answer for counter {id} within {}s: {e}",
+                        COUNTER_ASK_TIMEOUT.as_secs()
+                    ),
+                ),
+            }
+        }))
     })
 }
 
