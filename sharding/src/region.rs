@@ -3,7 +3,7 @@
 //! home is unknown or being handed off, and talks to the coordinator.
 //!
 //! The hot path does not go through the region actor. The region
-//! publishes each shard's home in a [`ShardRoute`] that senders read
+//! publishes each shard's home in a `ShardRoute` that senders read
 //! without contention (a read lock per shard, written only when the home
 //! changes): a message for an active local entity is queued straight into
 //! its mailbox, and one for a remote shard is encoded once and sent to that

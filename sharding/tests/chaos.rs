@@ -109,7 +109,7 @@ fn numbered_messages_survive_joins_leaves_crashes_and_partitions() {
                 0 => {
                     eprintln!("chaos: a node joins");
                     nodes.push(start_node(
-                        &[seed_address.clone()],
+                        std::slice::from_ref(&seed_address),
                         &probe,
                         settings.clone(),
                     ));
