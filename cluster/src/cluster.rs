@@ -124,6 +124,7 @@ impl Cluster {
         let shutdown = CoordinatedShutdown::new(system, settings.coordinated_shutdown.clone());
         let core = system
             .spawn_system_actor(ClusterCore::props(
+                remoting.clone(),
                 settings,
                 self_node.clone(),
                 shutdown.clone(),

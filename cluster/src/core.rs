@@ -16,7 +16,7 @@ use crate::vclock::ClockOrdering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use troupe_core::prelude::*;
-use troupe_core::remote::{Address, PhiAccrualFailureDetector};
+use troupe_core::remote::{Address, PhiAccrualFailureDetector, Remoting};
 use troupe_core::{AnyActorRef, Message, Props, TellError};
 
 /// Name of the core actor under `/system`.
@@ -154,6 +154,8 @@ enum Joining {
 }
 
 pub(crate) struct ClusterCore {
+    /// This node's remoting: removed members are quarantined in it.
+    remoting: Remoting,
     settings: ClusterSettings,
     thresholds: UpThresholds,
     self_node: UniqueAddress,
@@ -233,6 +235,7 @@ impl Actor for ClusterCore {
 
 impl ClusterCore {
     pub(crate) fn props(
+        remoting: Remoting,
         settings: ClusterSettings,
         self_node: UniqueAddress,
         shutdown: CoordinatedShutdown,
@@ -242,6 +245,7 @@ impl ClusterCore {
             min_nr_of_members_per_role: settings.min_nr_of_members_per_role.clone(),
         };
         let core = ClusterCore {
+            remoting,
             thresholds,
             state: MembershipState::new(Gossip::default(), self_node.clone()),
             self_node,
@@ -381,6 +385,19 @@ impl ClusterCore {
         self.ring = HeartbeatRing::new(&self.state, self.settings.monitored_by_nr_of_members);
         for e in &events {
             log_event(e);
+            // A member removed after it was downed is never coming back:
+            // quarantine its incarnation, so that remote watches of its
+            // actors end and asks to it fail now, rather than when their
+            // own failure detector gives up (Akka's ClusterRemoteWatcher).
+            if let ClusterEvent::MemberRemoved(m, MemberStatus::Down) = e {
+                if m.node != self.self_node {
+                    self.remoting.quarantine(
+                        &m.node.address,
+                        m.node.uid,
+                        "the cluster member was downed and removed",
+                    );
+                }
+            }
         }
         self.note_for_downing(&events);
         // Subscribers' channels are unbounded: a send fails only when the

@@ -252,10 +252,6 @@ fn the_coordinator_s_node_is_cut_off_and_a_new_coordinator_takes_over_its_state(
 }
 
 #[test]
-#[ignore = "cluster bug, not sharding: the singleton proxy of the coordinator keeps sending to the \
-            crashed instance until remote death watch's own failure detector gives up on its node \
-            (acceptable pause 10 s), although the member was removed seconds before (Akka's \
-            cluster quarantines removed members and its proxy follows MemberRemoved)"]
 fn a_new_coordinator_answers_soon_after_the_old_one_s_node_is_removed() {
     init_logging();
     rt::block_on(async {
