@@ -256,3 +256,46 @@ fn envelopes_and_messages_that_name_their_entity_reach_it() {
         node.system.shutdown().await;
     });
 }
+
+/// Carries an entity reference to another node, which uses it there.
+#[derive(troupe_core::Message, serde::Serialize, serde::Deserialize)]
+#[message(reply = i64, name = "test.UseRef")]
+struct UseRef(troupe_sharding::EntityRef<Counter>);
+
+struct RefUser;
+impl troupe_core::Actor for RefUser {}
+
+#[troupe_core::handlers]
+impl RefUser {
+    async fn use_ref(&mut self, m: UseRef) -> i64 {
+        m.0.ask(Add(10)).await.unwrap_or(-1)
+    }
+}
+
+#[test]
+fn an_entity_ref_travels_inside_a_message_and_works_on_the_other_node() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let nodes = start_nodes(2, &probe, sharding_settings());
+        all_up(&[&nodes[0], &nodes[1]], 2).await;
+        for n in &nodes {
+            n.system.register::<RefUser, UseRef>().unwrap();
+        }
+        nodes[1].system.spawn_named("user", RefUser).unwrap();
+        let user: troupe_core::ActorRef<RefUser> = nodes[0]
+            .system
+            .resolve(&format!("{}/user/user", nodes[1].address()))
+            .unwrap();
+        let r = nodes[0].counter("travelling");
+        r.ask(Add(1)).await.unwrap();
+        // Node 1 decodes the reference and asks the entity through its
+        // own sharding: the same entity, the same state.
+        assert_eq!(
+            user.ask_timeout(UseRef(r.clone()), DEADLINE).await.unwrap(),
+            11
+        );
+        assert_eq!(r.ask(Add(0)).await.unwrap(), 11);
+        shutdown_all(nodes).await;
+    });
+}
