@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 use troupe_cluster::singleton::SingletonProxy;
-use troupe_cluster::{Cluster, ClusterEvent};
+use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState};
 use troupe_core::prelude::*;
 use troupe_core::{AskError, EncodedReply, Props, Replier};
 
@@ -244,6 +244,7 @@ impl<E: Entity> RegionShared<E> {
             return Err((Refused::RegionStopped, delivery));
         };
         delivery.count_in(route);
+        self.via_region.fetch_add(1, Ordering::Relaxed);
         region
             .tell(Route(route.clone(), delivery, reserved))
             .map_err(|e| {
@@ -306,11 +307,6 @@ pub(crate) struct Rebuffer<E: Entity>(pub(crate) ShardId, pub(crate) Delivery<E>
 #[derive(Message)]
 pub(crate) struct GracefulShutdown;
 
-/// A member was removed from the cluster (from the cluster's event
-/// stream).
-#[derive(Message)]
-pub(crate) struct MemberRemoved(RegionId);
-
 /// Whether the region has registered with the coordinator.
 #[derive(Message)]
 #[message(reply = bool)]
@@ -352,26 +348,12 @@ impl<E: Entity> Actor for Region<E> {
         // forgotten, else messages for their shards keep going to a dead
         // node and are lost (Pekko's region watches the regions it routes
         // to, and a watch ends when the member is removed).
-        let (cluster, me) = (self.cluster.clone(), ctx.myself().clone());
-        troupe_core::rt::spawn(async move {
-            let events = match cluster.subscribe().await {
-                Ok((_, events)) => events,
-                Err(e) => {
-                    tracing::error!(
-                        "sharding: the region of `{}` cannot follow the membership: {e}",
-                        E::TYPE_NAME
-                    );
-                    return;
-                }
-            };
-            while let Ok(e) = events.recv().await {
-                if let ClusterEvent::MemberRemoved(m, _) = e {
-                    if me.tell(MemberRemoved(m.node)).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
+        if let Err(e) = self.cluster.subscribe_actor(ctx.myself()) {
+            tracing::error!(
+                "sharding: the region of `{}` cannot follow the membership: {e}",
+                E::TYPE_NAME
+            );
+        }
     }
 
     async fn stopped(&mut self, _ctx: &mut Context<Self>) {
@@ -774,8 +756,13 @@ impl<E: Entity> Region<E> {
         self.buffer(&route, msg.1);
     }
 
-    async fn on_member_removed(&mut self, msg: MemberRemoved) {
-        let node = msg.0;
+    async fn on_cluster_state(&mut self, _msg: CurrentClusterState) {}
+
+    async fn on_cluster_event(&mut self, msg: ClusterEvent) {
+        let ClusterEvent::MemberRemoved(m, _) = msg else {
+            return;
+        };
+        let node = m.node;
         let lost: Vec<ShardId> = self
             .remote_homes
             .iter()

@@ -25,6 +25,15 @@ fn one_node_starts_entities_on_demand_and_keeps_their_state() {
         assert_eq!(a.ask(Add(1)).await.unwrap(), 6);
         assert_eq!(b.ask(Add(2)).await.unwrap(), 2);
         assert_eq!(a.ask(Add(0)).await.unwrap(), 6);
+        // Once the entity runs and its shard's home is known, messages go
+        // straight to it: none more through the region actor.
+        let before = s.routing_stats::<Counter>().unwrap().via_region;
+        assert!(before >= 1, "the first message went through the region");
+        for _ in 0..100 {
+            a.tell(Add(0)).unwrap();
+        }
+        assert_eq!(a.ask(Add(0)).await.unwrap(), 6);
+        assert_eq!(s.routing_stats::<Counter>().unwrap().via_region, before);
         let state = s.region_state::<Counter>().await.unwrap();
         let entities: Vec<String> = state
             .shards
