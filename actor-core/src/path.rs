@@ -25,6 +25,19 @@ impl ActorPath {
         ActorPath(s)
     }
 
+    /// True if `name` may be given to an actor (`Props::with_name`): not
+    /// empty, not starting with `$` (generated names), and made of ASCII
+    /// letters, digits and `-_.*+:@&=,!~';`.
+    ///
+    /// ```
+    /// use troupe_core::ActorPath;
+    /// assert!(ActorPath::is_valid_name("worker-1"));
+    /// assert!(!ActorPath::is_valid_name("a/b"));
+    /// ```
+    pub fn is_valid_name(name: &str) -> bool {
+        valid_name(name)
+    }
+
     /// The path as text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -351,15 +351,9 @@ impl<E: Entity> ShardCoordinator<E> {
                     "sharding: shard {shard} of `{}` was not handed off by {from} in time; it stays there",
                     E::TYPE_NAME
                 );
-                for r in self.all_routers() {
-                    self.tell_region(
-                        &r,
-                        ShardHome {
-                            shard: shard.clone(),
-                            region: from.clone(),
-                        },
-                    );
-                }
+                // The old home too: it buffers the shard's messages since
+                // `HandOff` and keeps the shard after all.
+                self.tell_home_to_all(shard, &from, true);
             }
         }
     }
@@ -371,19 +365,8 @@ impl<E: Entity> ShardCoordinator<E> {
         self.state.deallocate(shard);
         self.unconfirmed.remove(shard);
         match self.allocate(shard, &from).await {
-            Some(home) => {
-                for r in self.all_routers() {
-                    if r != home {
-                        self.tell_region(
-                            &r,
-                            ShardHome {
-                                shard: shard.clone(),
-                                region: home.clone(),
-                            },
-                        );
-                    }
-                }
-            }
+            // The new home learnt it from `HostShard`.
+            Some(home) => self.tell_home_to_all(shard, &home, false),
             None => self.save().await,
         }
     }
@@ -643,6 +626,22 @@ impl<E: Entity> ShardCoordinator<E> {
 }
 
 impl<E: Entity> ShardCoordinator<E> {
+    /// Tells every region and proxy that `shard` lives at `home` (`home`
+    /// itself only if `including_home`).
+    fn tell_home_to_all(&mut self, shard: &ShardId, home: &RegionId, including_home: bool) {
+        for r in self.all_routers() {
+            if including_home || r != *home {
+                self.tell_region(
+                    &r,
+                    ShardHome {
+                        shard: shard.clone(),
+                        region: home.clone(),
+                    },
+                );
+            }
+        }
+    }
+
     fn homes(&self) -> Vec<(ShardId, RegionId)> {
         self.state
             .shards

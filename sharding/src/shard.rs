@@ -17,7 +17,7 @@ use crate::sharding::EntityFactory;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use troupe_core::prelude::*;
-use troupe_core::{AskError, Props};
+use troupe_core::{ActorPath, AskError, Props};
 
 /// What a shard starts with.
 pub(crate) struct ShardStart<E: Entity> {
@@ -259,10 +259,5 @@ impl<E: Entity> Shard<E> {
 /// The entity's actor name, when its id is a valid one (else a generated
 /// name is used; the id is still what routes to it).
 fn actor_name(id: &str) -> Option<String> {
-    let ok = !id.is_empty()
-        && !id.starts_with('$')
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.*+:@&=,!~';".contains(c));
-    ok.then(|| id.to_string())
+    ActorPath::is_valid_name(id).then(|| id.to_string())
 }
