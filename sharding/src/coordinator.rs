@@ -13,9 +13,11 @@ use crate::allocation::{ClusterView, RegionId, ShardAllocationStrategy};
 use crate::coordinator_state::CoordinatorState;
 use crate::entity::Entity;
 use crate::extractor::ShardId;
+use crate::internal_keys::coordinator_state_key;
 use crate::protocol::*;
 use crate::rebalance::{HandOffProgress, RebalanceWorker};
 use crate::region::{region_name, Region};
+use crate::remember::RememberedShardsStore;
 use crate::settings::ShardingSettings;
 use std::collections::{BTreeSet, HashMap};
 use std::marker::PhantomData;
@@ -52,6 +54,9 @@ pub struct ShardCoordinator<E: Entity> {
     unconfirmed: HashMap<ShardId, (RegionId, Instant)>,
     /// `min-nr-of-members` was reached once (it is not checked again).
     min_members_reached: bool,
+    /// With remembered entities: the shards that have some, which are
+    /// allocated without waiting for a message.
+    remembered: Option<(RememberedShardsStore, BTreeSet<ShardId>)>,
     _entity: PhantomData<fn() -> E>,
 }
 
@@ -63,13 +68,22 @@ impl<E: Entity> ShardCoordinator<E> {
         settings: ShardingSettings,
         strategy: Box<dyn ShardAllocationStrategy>,
     ) -> Self {
+        let remembered = settings.remember_entities.then(|| {
+            let store = RememberedShardsStore::new(
+                replicator.clone(),
+                cluster.self_node().clone(),
+                E::TYPE_NAME,
+                &settings,
+            );
+            (store, BTreeSet::new())
+        });
         ShardCoordinator {
             system,
             cluster,
             replicator,
             settings,
             strategy,
-            key: Key::new(format!("sharding-coordinator-state-{}", E::TYPE_NAME)),
+            key: Key::new(coordinator_state_key(E::TYPE_NAME)),
             state: CoordinatorState::default(),
             cluster_state: CurrentClusterState {
                 members: Vec::new(),
@@ -86,6 +100,7 @@ impl<E: Entity> ShardCoordinator<E> {
             shutting_down: BTreeSet::new(),
             unconfirmed: HashMap::new(),
             min_members_reached: false,
+            remembered,
             _entity: PhantomData,
         }
     }
@@ -275,6 +290,7 @@ impl<E: Entity> ShardCoordinator<E> {
         }
         self.state.allocate(shard, &home);
         self.save().await;
+        self.remember_shard(shard).await;
         tracing::debug!(
             "sharding: shard {shard} of `{}` allocated to {home}",
             E::TYPE_NAME
@@ -288,6 +304,84 @@ impl<E: Entity> ShardCoordinator<E> {
             },
         );
         Some(home)
+    }
+
+    /// Remembers a newly allocated shard (with remembered entities), so
+    /// that it is allocated again without a message after a restart of
+    /// the whole cluster. A failed write is retried on the next tick.
+    async fn remember_shard(&mut self, shard: &ShardId) {
+        let Some((store, known)) = &mut self.remembered else {
+            return;
+        };
+        if known.contains(shard) {
+            return;
+        }
+        match store.add(shard).await {
+            Ok(()) => {
+                known.insert(shard.clone());
+            }
+            Err(e) => tracing::warn!(
+                "sharding: coordinator of `{}` could not remember shard {shard} ({e}); retrying",
+                E::TYPE_NAME
+            ),
+        }
+    }
+
+    /// Allocates every remembered shard that has no home (after a restart
+    /// of the cluster, or when its region is gone), so that its entities
+    /// start again without a message. One state write for all of them.
+    async fn allocate_remembered(&mut self) {
+        let Some((_, known)) = &self.remembered else {
+            return;
+        };
+        let homeless: Vec<ShardId> = known
+            .iter()
+            .filter(|s| !self.state.shards.contains_key(*s) && !self.rebalancing.contains_key(*s))
+            .cloned()
+            .collect();
+        if homeless.is_empty() || !self.allocation_ready() {
+            return;
+        }
+        let me = self.cluster.self_node().clone();
+        let mut allocated = Vec::new();
+        for shard in homeless {
+            let candidates = self.state.allocations(|r| self.may_host(r));
+            if candidates.is_empty() {
+                break;
+            }
+            let view = ClusterView::new(&self.cluster_state, &me);
+            let Some(home) = self
+                .strategy
+                .allocate_shard(&me, &shard, &candidates, &view)
+            else {
+                continue;
+            };
+            if !self.may_host(&home) {
+                continue;
+            }
+            self.state.allocate(&shard, &home);
+            allocated.push((shard, home));
+        }
+        if allocated.is_empty() {
+            return;
+        }
+        self.save().await;
+        tracing::info!(
+            "sharding: coordinator of `{}` allocated {} remembered shards",
+            E::TYPE_NAME,
+            allocated.len()
+        );
+        let now = Instant::now();
+        for (shard, home) in allocated {
+            self.unconfirmed.insert(shard.clone(), (home.clone(), now));
+            self.tell_region(
+                &home,
+                HostShard {
+                    shard: shard.clone(),
+                },
+            );
+            self.tell_home_to_all(&shard, &home, false);
+        }
     }
 
     fn start_hand_off(&mut self, shard: ShardId, ctx: &mut Context<Self>) {
@@ -412,6 +506,7 @@ impl<E: Entity> ShardCoordinator<E> {
                 HandOffProgress::Waiting => {}
             }
         }
+        self.allocate_remembered().await;
     }
 }
 
@@ -444,6 +539,24 @@ impl<E: Entity> Actor for ShardCoordinator<E> {
         for r in gone {
             self.region_gone(&r).await;
         }
+        if let Some((store, known)) = &mut self.remembered {
+            match store.load().await {
+                Ok(shards) => {
+                    tracing::info!(
+                        "sharding: coordinator of `{}` remembers {} shards",
+                        E::TYPE_NAME,
+                        shards.len()
+                    );
+                    known.extend(shards);
+                }
+                Err(e) => tracing::error!(
+                    "sharding: coordinator of `{}` could not read its remembered shards ({e}); \
+                     their entities start again only when messages come",
+                    E::TYPE_NAME
+                ),
+            }
+        }
+        self.allocate_remembered().await;
         self.arm_tick(ctx);
         tracing::info!(
             "sharding: coordinator of `{}` started on {}",
@@ -472,6 +585,7 @@ impl<E: Entity> ShardCoordinator<E> {
         self.regions.remove(&region);
         let homes = self.homes();
         self.tell_region(&region, RegisterAck { homes });
+        self.allocate_remembered().await;
     }
 
     async fn on_register_proxy(&mut self, msg: RegisterProxy) {
@@ -591,6 +705,22 @@ impl<E: Entity> ShardCoordinator<E> {
             .collect();
         for (s, p) in stalled {
             self.advance(&s, p, ctx).await;
+        }
+        // Remembered shards without a home (none could host them before),
+        // and allocated shards whose remembering failed.
+        self.allocate_remembered().await;
+        let unremembered: Vec<ShardId> = match &self.remembered {
+            Some((_, known)) => self
+                .state
+                .shards
+                .keys()
+                .filter(|s| !known.contains(*s))
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        for s in unremembered {
+            self.remember_shard(&s).await;
         }
         if !self.rebalancing.is_empty() {
             return;

@@ -264,6 +264,10 @@ impl<E: Entity> Body<E> for Encoded {
             payload,
             reply,
         } = *self;
+        if manifest == START_ENTITY_MANIFEST {
+            // Its shard started it; there is nothing to hand it.
+            return Ok(());
+        }
         match system.deliver_encoded(to, &manifest, &payload, reply, None) {
             Ok(()) => Ok(()),
             Err(DeliverError::UnknownManifest(m)) => {
@@ -320,6 +324,53 @@ impl<E: Entity> Body<E> for Encoded {
 
     fn manifest(&self) -> &str {
         &self.manifest
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+/// The manifest of [`StartEntity`] on the wire.
+pub(crate) const START_ENTITY_MANIFEST: &str = "troupe.sharding.StartEntity";
+
+/// Starts an entity without giving it a message (Akka's `StartEntity`):
+/// used to move a remembered entity to the shard that the shard-id
+/// extractor now names. Its shard starts it, remembering it.
+pub(crate) struct StartEntity;
+
+impl<E: Entity> Body<E> for StartEntity {
+    fn deliver_local(
+        self: Box<Self>,
+        _system: &ActorSystem,
+        to: &ActorRef<E>,
+    ) -> Result<(), Box<dyn Body<E>>> {
+        if to.is_terminated() {
+            return Err(self);
+        }
+        Ok(())
+    }
+
+    fn send_remote(
+        self: Box<Self>,
+        _system: &ActorSystem,
+        entity: EntityId,
+        shard: &ShardId,
+        to: &ActorRef<Region<E>>,
+    ) {
+        let envelope = ShardEnvelope {
+            entity,
+            shard: shard.clone(),
+            manifest: START_ENTITY_MANIFEST.to_string(),
+            payload: Vec::new(),
+        };
+        forward_envelope(envelope, None, to);
+    }
+
+    fn fail(self: Box<Self>, _error: AskError) {}
+
+    fn manifest(&self) -> &str {
+        START_ENTITY_MANIFEST
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {

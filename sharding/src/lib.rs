@@ -19,6 +19,7 @@
 //! while it is handed off are forwarded to its new home in order rather
 //! than dropped.
 
+mod active_entities;
 pub mod allocation;
 pub mod coordinator;
 mod coordinator_state;
@@ -28,11 +29,16 @@ mod entity_ref;
 mod envelope;
 mod error;
 mod extractor;
+mod internal_keys;
 pub mod management;
+mod passivate;
+pub mod passivation;
 mod protocol;
 mod queries;
 mod rebalance;
 pub mod region;
+mod remember;
+pub mod remove_internal_data;
 mod settings;
 mod shard;
 mod sharding;
@@ -48,7 +54,12 @@ pub use entity_ref::EntityRef;
 pub use envelope::{EntityMessage, ShardingEnvelope};
 pub use error::{ShardingError, ShardingTellError};
 pub use extractor::{stable_hash, EntityId, HashShardIdExtractor, ShardId, ShardIdExtractor};
+pub use passivate::EntityContext;
 pub use queries::{ClusterShardingStats, CurrentShardRegionState, ShardRegionStats, ShardState};
-pub use settings::ShardingSettings;
+pub use remove_internal_data::{remove_internal_sharding_data, RemoveError, RemovedShardingData};
+pub use settings::{
+    AdmissionWindowSettings, EntityRecoveryStrategy, FrequencySketchSettings, HillClimbingSettings,
+    PassivationSettings, PassivationStrategy, ReplacementPolicy, ShardingSettings,
+};
 pub use sharding::{ClusterSharding, EntityConfig, RoutingStats};
 pub use troupe_macros::entity;

@@ -16,6 +16,7 @@
 //! the actor path too, so a direct message can never overtake one that
 //! went the slow way.
 
+use crate::active_entities::ActiveEntities;
 use crate::allocation::RegionId;
 use crate::coordinator::ShardCoordinator;
 use crate::delivery::{Delivery, Encoded, Typed};
@@ -23,12 +24,14 @@ use crate::entity::Entity;
 use crate::extractor::{EntityId, ShardId, ShardIdExtractor};
 use crate::protocol::*;
 use crate::queries::{CurrentShardRegionState, GetRegionState, ShardState};
+use crate::remember::RememberedEntitiesStore;
 use crate::settings::ShardingSettings;
-use crate::shard::{Shard, ShardHandOff, ShardStart};
+use crate::shard::{self, Shard, ShardHandOff, ShardStart, ShardsUpdated};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
+use troupe_cluster::ddata::Replicator;
 use troupe_cluster::singleton::SingletonProxy;
 use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState};
 use troupe_core::prelude::*;
@@ -53,14 +56,9 @@ pub(crate) enum Home<E: Entity> {
     /// Not known, being allocated, or being handed off: buffer.
     Unknown,
     /// Here.
-    Local(Arc<LocalShard<E>>),
+    Local(Arc<ActiveEntities<E>>),
     /// In the region of another node.
     Remote(ActorRef<Region<E>>),
-}
-
-/// The part of a local shard that senders read: its active entities.
-pub(crate) struct LocalShard<E: Entity> {
-    pub(crate) entities: RwLock<HashMap<EntityId, ActorRef<E>>>,
 }
 
 impl<E: Entity> ShardRoute<E> {
@@ -108,6 +106,8 @@ pub(crate) struct RegionShared<E: Entity> {
     pub(crate) system: ActorSystem,
     pub(crate) extractor: Arc<dyn ShardIdExtractor>,
     pub(crate) settings: ShardingSettings,
+    /// Where remembered entities are kept.
+    pub(crate) replicator: Replicator,
     routes: RwLock<HashMap<ShardId, Arc<ShardRoute<E>>>>,
     pub(crate) region: OnceLock<ActorRef<Region<E>>>,
     /// Messages in the region's buffers (checked by senders against
@@ -133,11 +133,13 @@ impl<E: Entity> RegionShared<E> {
         system: ActorSystem,
         extractor: Arc<dyn ShardIdExtractor>,
         settings: ShardingSettings,
+        replicator: Replicator,
     ) -> Self {
         RegionShared {
             system,
             extractor,
             settings,
+            replicator,
             routes: RwLock::new(HashMap::new()),
             region: OnceLock::new(),
             buffered: AtomicUsize::new(0),
@@ -193,16 +195,14 @@ impl<E: Entity> RegionShared<E> {
         }
         let home = route.read_home();
         match &*home {
-            Home::Local(local) => {
-                let entities = local.entities.read().unwrap_or_else(|e| e.into_inner());
-                match entities.get(entity) {
-                    // Stopped by itself: the shard restarts it.
-                    Some(actor) => actor
+            Home::Local(local) => local
+                .send(entity, (msg, reply), |actor, (msg, reply)| {
+                    // An error: it stopped by itself; the shard restarts it.
+                    actor
                         .forward(msg, reply, None)
-                        .map_err(|e| Direct::Slow(e.error.into_message(), e.reply)),
-                    None => Err(Direct::Slow(msg, reply)),
-                }
-            }
+                        .map_err(|e| (e.error.into_message(), e.reply))
+                })
+                .map_err(|(msg, reply)| Direct::Slow(msg, reply)),
             Home::Remote(region) => Typed { msg, reply }
                 .send_remote(&self.system, entity.clone(), &route.shard, region)
                 .map_err(Direct::Refused),
@@ -313,7 +313,7 @@ pub(crate) struct GracefulShutdown;
 pub(crate) struct IsRegistered;
 
 /// A shard hosted here: its actor and what senders read of it.
-type HostedShard<E> = (ActorRef<Shard<E>>, Arc<LocalShard<E>>);
+type HostedShard<E> = (ActorRef<Shard<E>>, Arc<ActiveEntities<E>>);
 
 /// The shard region of entity type `E` on this node.
 pub struct Region<E: Entity> {
@@ -338,7 +338,15 @@ pub struct Region<E: Entity> {
     removed: HashSet<RegionId>,
     /// Waiting for the graceful shutdown to complete.
     shutting_down: Option<Vec<Replier<()>>>,
+    /// The passivation limit of active entities in this region's shards
+    /// (changeable at run time).
+    active_entity_limit: Option<usize>,
 }
+
+/// Changes the active-entity limit of a region (Pekko's
+/// `SetActiveEntityLimit`).
+#[derive(Message)]
+pub(crate) struct SetActiveEntityLimit(pub(crate) usize);
 
 impl<E: Entity> Actor for Region<E> {
     async fn started(&mut self, ctx: &mut Context<Self>) {
@@ -374,6 +382,7 @@ impl<E: Entity> Region<E> {
         proxy_only: bool,
         factory: crate::sharding::EntityFactory<E>,
     ) -> Self {
+        let shared_settings = shared.settings.clone();
         Region {
             shared,
             me: cluster.self_node().clone(),
@@ -388,6 +397,7 @@ impl<E: Entity> Region<E> {
             requested: HashMap::new(),
             remote_homes: HashMap::new(),
             removed: HashSet::new(),
+            active_entity_limit: shard::active_entity_limit(&shared_settings),
             shutting_down: None,
         }
     }
@@ -422,6 +432,18 @@ impl<E: Entity> Region<E> {
         }
     }
 
+    /// Gives each hosted shard its share of the active-entity limit again
+    /// (the limit is per region, divided over its shards, as in Pekko).
+    fn shards_updated(&self) {
+        let Some(limit) = self.active_entity_limit else {
+            return;
+        };
+        let per_shard = (limit / self.shards.len().max(1)).max(1);
+        for (actor, _) in self.shards.values() {
+            let _ = actor.tell(ShardsUpdated { per_shard });
+        }
+    }
+
     /// Routes one message that came through the actor.
     fn route(&mut self, route: &Arc<ShardRoute<E>>, mut delivery: Delivery<E>) {
         let shard = &route.shard;
@@ -435,12 +457,11 @@ impl<E: Entity> Region<E> {
                 // (this message itself counts when it came the slow way).
                 let counted_self = usize::from(delivery.is_counted());
                 if route.in_flight.load(Ordering::Acquire) == counted_self {
-                    let entities = local.entities.read().unwrap_or_else(|e| e.into_inner());
-                    if let Some(entity) = entities.get(&delivery.entity) {
-                        match delivery.deliver_local(&self.shared.system, entity) {
-                            Ok(()) => return,
-                            Err(d) => delivery = d,
-                        }
+                    let id = delivery.entity.clone();
+                    let system = &self.shared.system;
+                    match local.send(&id, delivery, |actor, d| d.deliver_local(system, actor)) {
+                        Ok(()) => return,
+                        Err(d) => delivery = d,
                     }
                 }
                 drop(home);
@@ -504,9 +525,9 @@ impl<E: Entity> Region<E> {
             );
             return None;
         }
-        let local = Arc::new(LocalShard {
-            entities: RwLock::new(HashMap::new()),
-        });
+        let local = Arc::new(ActiveEntities::new(shard::records_touches(
+            &self.shared.settings,
+        )));
         let props = Props::new(Shard::new(ShardStart {
             shard: shard.clone(),
             local: local.clone(),
@@ -514,10 +535,22 @@ impl<E: Entity> Region<E> {
             system: self.shared.system.clone(),
             factory: self.factory.clone(),
             settings: self.shared.settings.clone(),
+            extractor: self.shared.extractor.clone(),
+            remember: self.shared.settings.remember_entities.then(|| {
+                RememberedEntitiesStore::new(
+                    self.shared.replicator.clone(),
+                    self.me.clone(),
+                    E::TYPE_NAME,
+                    shard,
+                    &self.shared.settings,
+                )
+            }),
         }));
         match ctx.spawn_props(props) {
             Ok(actor) => {
+                local.set_shard(actor.clone());
                 self.shards.insert(shard.clone(), (actor.clone(), local));
+                self.shards_updated();
                 Some(actor)
             }
             Err(e) => {
@@ -719,6 +752,7 @@ impl<E: Entity> Region<E> {
             Some((actor, _)) => {
                 if actor.tell(ShardHandOff).is_err() {
                     self.shards.remove(&shard);
+                    self.shards_updated();
                     let _ = self.coordinator.tell(ShardStopped {
                         shard,
                         region: self.me.clone(),
@@ -737,6 +771,7 @@ impl<E: Entity> Region<E> {
     async fn on_shard_terminated(&mut self, msg: ShardTerminated<E>, ctx: &mut Context<Self>) {
         let ShardTerminated { shard, leftovers } = msg;
         self.shards.remove(&shard);
+        self.shards_updated();
         // What the shard still held was sent before anything buffered
         // here since the hand-off began: it goes first.
         let route = self.shared.route(&shard);
@@ -749,6 +784,25 @@ impl<E: Entity> Region<E> {
             region: self.me.clone(),
         });
         self.finish_shutdown_if_done(ctx);
+    }
+
+    async fn on_set_active_entity_limit(&mut self, msg: SetActiveEntityLimit) {
+        if self.active_entity_limit.is_none() {
+            tracing::warn!(
+                "sharding: the active-entity limit of `{}` cannot be changed: its passivation \
+                 strategy has no limit",
+                E::TYPE_NAME
+            );
+            return;
+        }
+        tracing::info!(
+            "sharding: active-entity limit of `{}` on {} is now {}",
+            E::TYPE_NAME,
+            self.me,
+            msg.0
+        );
+        self.active_entity_limit = Some(msg.0);
+        self.shards_updated();
     }
 
     async fn on_rebuffer(&mut self, msg: Rebuffer<E>) {
@@ -794,13 +848,8 @@ impl<E: Entity> Region<E> {
             .shards
             .iter()
             .map(|(id, (_, local))| {
-                let mut entity_ids: Vec<String> = local
-                    .entities
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .keys()
-                    .map(|e| e.to_string())
-                    .collect();
+                let mut entity_ids: Vec<String> =
+                    local.ids().iter().map(|e| e.to_string()).collect();
                 entity_ids.sort();
                 ShardState {
                     shard_id: id.to_string(),

@@ -1,40 +1,67 @@
-//! The shard: the entities of one shard on this node, started on demand,
-//! watched, and stopped for a hand-off.
+//! The shard: the entities of one shard on this node, started on demand
+//! (or, remembered, without a message), watched, passivated, and stopped
+//! for a hand-off.
 //!
 //! Each entity is in one state of its life cycle, as Pekko's `Shard`
-//! keeps them: active (running, reachable directly by senders), or
-//! stopping (its stop message was sent for a hand-off or a passivation:
-//! messages for it wait here and go to its next incarnation, or back to
-//! the region when the shard moves). Passivation and remembered entities
-//! add their states to the same enum.
+//! keeps them (`EntityState`): active (running, reachable directly by
+//! senders); passivating (its stop message was sent, for a passivation or
+//! a hand-off: messages for it wait here and go to its next incarnation,
+//! or back to the region when the shard moves); and, with remembered
+//! entities, remembering its start or its stop (the store write is under
+//! way; messages wait), remembered but not started yet, and waiting for a
+//! restart after it stopped by itself.
+//!
+//! Automatic passivation runs here too: an idle check on a timer, and a
+//! replacement policy that keeps the shard under its share of the
+//! region's active-entity limit.
 
-use crate::delivery::Delivery;
+use crate::active_entities::ActiveEntities;
+use crate::delivery::{Delivery, StartEntity};
 use crate::entity::Entity;
-use crate::extractor::{EntityId, ShardId};
-use crate::region::{LocalShard, Rebuffer, Region, ShardTerminated};
-use crate::settings::ShardingSettings;
+use crate::extractor::{EntityId, ShardId, ShardIdExtractor};
+use crate::passivate::Passivate;
+use crate::passivation::{self, EntityLimit};
+use crate::region::{Rebuffer, Region, ShardTerminated};
+use crate::remember::{RememberedEntitiesStore, RETRY_AFTER};
+use crate::settings::{EntityRecoveryStrategy, ShardingSettings};
 use crate::sharding::EntityFactory;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
+use troupe_cluster::ddata::DataError;
 use troupe_core::prelude::*;
 use troupe_core::{ActorPath, AskError, Props};
 
 /// What a shard starts with.
 pub(crate) struct ShardStart<E: Entity> {
     pub(crate) shard: ShardId,
-    pub(crate) local: Arc<LocalShard<E>>,
+    pub(crate) local: Arc<ActiveEntities<E>>,
     pub(crate) region: ActorRef<Region<E>>,
     pub(crate) system: ActorSystem,
     pub(crate) factory: EntityFactory<E>,
     pub(crate) settings: ShardingSettings,
+    pub(crate) extractor: Arc<dyn ShardIdExtractor>,
+    /// The remembered-entities store, when `remember-entities` is on.
+    pub(crate) remember: Option<RememberedEntitiesStore>,
 }
 
 /// Where one entity is in its life cycle.
 enum EntityState<E: Entity> {
     /// Running; senders reach it directly.
     Active(ActorRef<E>),
-    /// Its stop message was sent; messages wait for it to terminate.
-    Stopping(ActorRef<E>, VecDeque<Delivery<E>>),
+    /// Its stop message was sent (passivation or hand-off); messages wait
+    /// for it to terminate.
+    Passivating(ActorRef<E>, VecDeque<Delivery<E>>),
+    /// Remembered entities: its start is being written; messages wait.
+    RememberingStart(VecDeque<Delivery<E>>),
+    /// Remembered entities: it was passivated and its stop is being
+    /// written; messages that come meanwhile start it again afterwards.
+    RememberingStop(VecDeque<Delivery<E>>),
+    /// Remembered entities: read from the store, not started yet.
+    RememberedButNotCreated,
+    /// Remembered entities: it stopped by itself and is restarted after
+    /// `entity-restart-backoff` (or by its next message).
+    WaitingForRestart,
 }
 
 /// A message for an entity of this shard (local, never on the wire).
@@ -50,6 +77,77 @@ pub(crate) struct ShardHandOff;
 #[derive(Message, Clone)]
 struct HandOffTimeout;
 
+/// Replay the accesses that senders recorded.
+#[derive(Message)]
+pub(crate) struct DrainTouches;
+
+/// This shard's share of the region's active-entity limit.
+#[derive(Message)]
+pub(crate) struct ShardsUpdated {
+    pub(crate) per_shard: usize,
+}
+
+/// Time for the idle check.
+#[derive(Message, Clone)]
+struct IdleCheck;
+
+/// The remembered entities were read (or could not be).
+#[derive(Message)]
+struct RememberedLoaded(Result<Vec<EntityId>, DataError>);
+
+/// A batch of remembered starts and stops was written (or not).
+#[derive(Message)]
+struct RememberWritten {
+    started: Vec<EntityId>,
+    stopped: Vec<EntityId>,
+    result: Result<(), DataError>,
+}
+
+/// Try the failed read or write of the remembered entities again.
+#[derive(Message, Clone)]
+struct RememberRetry;
+
+/// Start the next remembered entities (constant-rate recovery).
+#[derive(Message, Clone)]
+struct RecoveryTick;
+
+/// Restart an entity that stopped by itself (remembered entities).
+#[derive(Message, Clone)]
+struct RestartEntity(EntityId);
+
+/// Whether senders must record every access for the shard's replacement
+/// policy (an active-entity limit).
+pub(crate) fn records_touches(settings: &ShardingSettings) -> bool {
+    active_entity_limit(settings).is_some()
+}
+
+/// The region's active-entity limit, if its passivation has one.
+pub(crate) fn active_entity_limit(settings: &ShardingSettings) -> Option<usize> {
+    settings.effective_passivation().active_entity_limit()
+}
+
+/// Idle passivation: after how many check epochs without a message an
+/// entity is passivated (its last message came at least `idle-timeout`
+/// before, and less than `idle-timeout + idle-interval`).
+fn idle_epochs(timeout: Duration, interval: Duration) -> u32 {
+    let whole = timeout.as_nanos().div_ceil(interval.as_nanos().max(1));
+    u32::try_from(whole).unwrap_or(u32::MAX - 1) + 1
+}
+
+/// The remembered-entities side of a shard.
+struct Remember<E: Entity> {
+    store: RememberedEntitiesStore,
+    /// The remembered entities are being read: messages wait.
+    loading: bool,
+    waiting_for_load: VecDeque<Delivery<E>>,
+    /// A batch is being written.
+    writing: bool,
+    to_start: Vec<EntityId>,
+    to_stop: Vec<EntityId>,
+    /// Remembered entities not started yet (constant-rate recovery).
+    recovery: VecDeque<EntityId>,
+}
+
 /// The entities of one shard on this node.
 pub(crate) struct Shard<E: Entity> {
     start: ShardStart<E>,
@@ -57,17 +155,53 @@ pub(crate) struct Shard<E: Entity> {
     /// Which entity a watched actor is (by uid).
     by_uid: HashMap<u64, EntityId>,
     handing_off: bool,
+    /// The replacement policy under an active-entity limit.
+    limit: Option<Box<dyn EntityLimit>>,
+    /// Idle passivation: epochs without a message before passivation.
+    idle_epochs: Option<u32>,
+    remember: Option<Remember<E>>,
 }
 
-impl<E: Entity> Actor for Shard<E> {}
+impl<E: Entity> Actor for Shard<E> {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        let passivation = self.start.settings.effective_passivation();
+        if let (Some(timeout), Some(interval)) =
+            (passivation.idle_timeout(), passivation.idle_interval())
+        {
+            self.idle_epochs = Some(idle_epochs(timeout, interval));
+            ctx.start_periodic_timer("idle-check", IdleCheck, interval);
+        }
+        if self.remember.is_some() {
+            self.load_remembered(ctx);
+        }
+    }
+}
 
 impl<E: Entity> Shard<E> {
-    pub(crate) fn new(start: ShardStart<E>) -> Self {
+    pub(crate) fn new(mut start: ShardStart<E>) -> Self {
+        let passivation = start.settings.effective_passivation();
+        // The region sends this shard's share of the limit when it has
+        // counted its shards; until then, the whole limit.
+        let limit = passivation
+            .active_entity_limit()
+            .and_then(|l| passivation::new_entity_limit(&passivation, l));
+        let remember = start.remember.take().map(|store| Remember {
+            store,
+            loading: true,
+            waiting_for_load: VecDeque::new(),
+            writing: false,
+            to_start: Vec::new(),
+            to_stop: Vec::new(),
+            recovery: VecDeque::new(),
+        });
         Shard {
             start,
             entities: HashMap::new(),
             by_uid: HashMap::new(),
             handing_off: false,
+            limit,
+            idle_epochs: None,
+            remember,
         }
     }
 
@@ -95,42 +229,122 @@ impl<E: Entity> Shard<E> {
         }
     }
 
-    fn publish(&self, id: &EntityId, actor: Option<&ActorRef<E>>) {
-        let mut map = self
-            .start
-            .local
-            .entities
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        match actor {
-            Some(a) => {
-                map.insert(id.clone(), a.clone());
+    /// Starts an incarnation of `id` and gives it `first` (the messages
+    /// that waited for it, in order; none for a remembered entity).
+    fn start_entity(
+        &mut self,
+        id: &EntityId,
+        first: impl IntoIterator<Item = Delivery<E>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(actor) = self.spawn_entity(id, ctx) else {
+            for d in first {
+                d.fail(AskError::Stopped);
             }
-            None => {
-                map.remove(id);
+            return;
+        };
+        for d in first {
+            if let Err(d) = d.deliver_local(&self.start.system, &actor) {
+                d.fail(AskError::Stopped);
             }
         }
+        // Published after the first messages are queued: a direct sender
+        // comes after them.
+        self.start.local.insert(id.clone(), actor.clone());
+        self.entities.insert(id.clone(), EntityState::Active(actor));
+        self.entity_created(id);
+    }
+
+    /// Stops an active entity for a passivation: no sender reaches it
+    /// from here on, and what reaches the shard for it waits for its next
+    /// incarnation.
+    fn passivate(&mut self, id: &EntityId) {
+        let Some(EntityState::Active(actor)) = self.entities.remove(id) else {
+            return;
+        };
+        self.start.local.remove(id);
+        tracing::trace!(
+            "sharding: passivating entity `{id}` of `{}` in shard {}",
+            E::TYPE_NAME,
+            self.start.shard
+        );
+        (self.start.factory.stop)(&actor);
+        self.entities
+            .insert(id.clone(), EntityState::Passivating(actor, VecDeque::new()));
+    }
+
+    fn passivate_all(&mut self, ids: Vec<EntityId>) {
+        for id in ids {
+            self.passivate(&id);
+        }
+    }
+
+    /// Replays the accesses that senders recorded into the replacement
+    /// policy.
+    fn drain_touches(&mut self) {
+        let Some(limit) = &mut self.limit else {
+            return;
+        };
+        for id in self.start.local.take_touches() {
+            if let Some(EntityState::Active(_)) = self.entities.get(&id) {
+                limit.entity_touched(&id);
+            }
+        }
+    }
+
+    /// Lets the replacement policy make room for a new active entity
+    /// (possibly by passivating that one, if its admission filter says
+    /// so).
+    fn entity_created(&mut self, id: &EntityId) {
+        if self.limit.is_none() {
+            return;
+        }
+        self.drain_touches();
+        if let Some(limit) = &mut self.limit {
+            let victims = limit.entity_created(id);
+            self.passivate_all(victims);
+        }
+    }
+
+    /// Sends a message back to the region (the shard is moving).
+    fn rebuffer(&self, delivery: Delivery<E>) {
+        let _ = self
+            .start
+            .region
+            .tell(Rebuffer(self.start.shard.clone(), delivery));
     }
 
     /// Delivers to the entity, starting it if it is not running.
     fn deliver(&mut self, delivery: Delivery<E>, ctx: &mut Context<Self>) {
         if self.handing_off {
-            let _ = self
-                .start
-                .region
-                .tell(Rebuffer(self.start.shard.clone(), delivery));
-            return;
+            return self.rebuffer(delivery);
+        }
+        if let Some(r) = &mut self.remember {
+            if r.loading {
+                r.waiting_for_load.push_back(delivery);
+                return;
+            }
         }
         let id = delivery.entity.clone();
         let mut delivery = delivery;
         match self.entities.get_mut(&id) {
-            Some(EntityState::Stopping(_, buffer)) => {
+            Some(
+                EntityState::Passivating(_, buffer)
+                | EntityState::RememberingStart(buffer)
+                | EntityState::RememberingStop(buffer),
+            ) => {
                 buffer.push_back(delivery);
                 return;
             }
             Some(EntityState::Active(actor)) => {
                 match delivery.deliver_local(&self.start.system, actor) {
-                    Ok(()) => return,
+                    Ok(()) => {
+                        self.start.local.touch_by_shard(&id);
+                        if let Some(limit) = &mut self.limit {
+                            limit.entity_touched(&id);
+                        }
+                        return;
+                    }
                     // It stopped by itself; its Terminated is on the way.
                     // Start the next incarnation now, in order.
                     Err(d) => delivery = d,
@@ -138,28 +352,96 @@ impl<E: Entity> Shard<E> {
                 let old = actor.uid();
                 self.by_uid.remove(&old);
                 self.entities.remove(&id);
+                self.start.local.remove(&id);
+                if let Some(limit) = &mut self.limit {
+                    limit.entity_terminated(&id);
+                }
+                // Remembered already (if remembering): start it at once.
+                return self.start_entity(&id, [delivery], ctx);
+            }
+            Some(EntityState::RememberedButNotCreated | EntityState::WaitingForRestart) => {
+                // Remembered already: start it at once.
+                self.entities.remove(&id);
+                return self.start_entity(&id, [delivery], ctx);
             }
             None => {}
         }
-        let Some(actor) = self.spawn_entity(&id, ctx) else {
-            delivery.fail(AskError::Stopped);
+        if let Some(r) = &mut self.remember {
+            // Started only once it is remembered.
+            r.to_start.push(id.clone());
+            self.entities.insert(
+                id,
+                EntityState::RememberingStart(VecDeque::from([delivery])),
+            );
+            return self.flush_remember(ctx);
+        }
+        self.start_entity(&id, [delivery], ctx);
+    }
+
+    /// Reads the remembered entities (again, after a failure).
+    fn load_remembered(&mut self, ctx: &mut Context<Self>) {
+        let Some(r) = &self.remember else {
             return;
         };
-        if let Err(d) = delivery.deliver_local(&self.start.system, &actor) {
-            d.fail(AskError::Stopped);
+        let store = r.store.clone();
+        let me = ctx.myself().clone();
+        troupe_core::rt::spawn(async move {
+            let result = store.load().await;
+            let _ = me.tell(RememberedLoaded(result));
+        });
+    }
+
+    /// Writes the pending remembered starts and stops as one batch, unless
+    /// a batch is being written (then they go in the next one: starting
+    /// many entities costs a few writes, not one each).
+    fn flush_remember(&mut self, ctx: &mut Context<Self>) {
+        let Some(r) = &mut self.remember else {
+            return;
+        };
+        if r.writing || r.loading || (r.to_start.is_empty() && r.to_stop.is_empty()) {
+            return;
         }
-        // Published after the first message is queued: a direct sender
-        // comes after it.
-        self.publish(&id, Some(&actor));
-        self.entities.insert(id, EntityState::Active(actor));
+        r.writing = true;
+        let started = std::mem::take(&mut r.to_start);
+        let stopped = std::mem::take(&mut r.to_stop);
+        let store = r.store.clone();
+        let me = ctx.myself().clone();
+        troupe_core::rt::spawn(async move {
+            let result = store.update(&started, &stopped).await;
+            let _ = me.tell(RememberWritten {
+                started,
+                stopped,
+                result,
+            });
+        });
+    }
+
+    /// Starts remembered entities that are not running yet: all of them,
+    /// or the next few (constant-rate recovery).
+    fn recover(&mut self, count: usize, ctx: &mut Context<Self>) {
+        let mut started = 0;
+        while started < count {
+            let Some(id) = self.remember.as_mut().and_then(|r| r.recovery.pop_front()) else {
+                ctx.cancel_timer("recovery");
+                return;
+            };
+            if let Some(EntityState::RememberedButNotCreated) = self.entities.get(&id) {
+                self.entities.remove(&id);
+                self.start_entity(&id, [], ctx);
+                started += 1;
+            }
+        }
     }
 
     fn finish_hand_off_if_done(&mut self, ctx: &mut Context<Self>) {
-        if self.handing_off && self.entities.is_empty() {
-            let leftovers = Vec::new();
+        let stopping = self
+            .entities
+            .values()
+            .any(|e| matches!(e, EntityState::Passivating(..)));
+        if self.handing_off && !stopping {
             let _ = self.start.region.tell(ShardTerminated {
                 shard: self.start.shard.clone(),
-                leftovers,
+                leftovers: Vec::new(),
             });
             ctx.stop();
         }
@@ -176,29 +458,55 @@ impl<E: Entity> Shard<E> {
         let Some(id) = self.by_uid.remove(&msg.actor.uid()) else {
             return;
         };
-        let buffered = match self.entities.remove(&id) {
-            Some(EntityState::Stopping(_, buffer)) => buffer,
+        if let Some(limit) = &mut self.limit {
+            limit.entity_terminated(&id);
+        }
+        match self.entities.remove(&id) {
+            Some(EntityState::Passivating(_, buffered)) => {
+                if self.handing_off {
+                    for d in buffered {
+                        self.rebuffer(d);
+                    }
+                } else if let Some(r) = &mut self.remember {
+                    // Passivated: forgotten, unless messages came meanwhile
+                    // (then it starts again once its stop is written).
+                    r.to_stop.push(id.clone());
+                    self.entities
+                        .insert(id, EntityState::RememberingStop(buffered));
+                    self.flush_remember(ctx);
+                } else if !buffered.is_empty() {
+                    // Messages that waited for the old incarnation go to a
+                    // new one.
+                    self.start_entity(&id, buffered, ctx);
+                }
+            }
             Some(EntityState::Active(_)) => {
-                // Stopped by itself without passivating: it simply ends;
-                // the next message starts it again.
-                self.publish(&id, None);
-                VecDeque::new()
+                self.start.local.remove(&id);
+                // Stopped by itself without passivating: remembered
+                // entities must run, so it comes back; others simply end
+                // (the next message starts them again).
+                if !self.handing_off && self.remember.is_some() {
+                    let backoff = self.start.settings.entity_restart_backoff;
+                    tracing::debug!(
+                        "sharding: entity `{id}` of `{}` stopped by itself; restarting it in \
+                         {backoff:?}",
+                        E::TYPE_NAME
+                    );
+                    ctx.start_single_timer(
+                        format!("restart-{id}"),
+                        RestartEntity(id.clone()),
+                        backoff,
+                    );
+                    self.entities.insert(id, EntityState::WaitingForRestart);
+                }
             }
-            None => VecDeque::new(),
-        };
+            Some(other) => {
+                self.entities.insert(id, other);
+            }
+            None => {}
+        }
         if self.handing_off {
-            for d in buffered {
-                let _ = self
-                    .start
-                    .region
-                    .tell(Rebuffer(self.start.shard.clone(), d));
-            }
             self.finish_hand_off_if_done(ctx);
-        } else {
-            // Messages that waited for the old incarnation go to a new one.
-            for d in buffered {
-                self.deliver(d, ctx);
-            }
         }
     }
 
@@ -207,22 +515,40 @@ impl<E: Entity> Shard<E> {
             return;
         }
         self.handing_off = true;
+        ctx.cancel_timer("recovery");
         // No sender reaches an entity directly from here on: every direct
         // send that read an entity has queued its message when this
         // returns, so the stop message comes after it.
-        self.start
-            .local
-            .entities
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.start.local.clear();
+        if let Some(r) = &mut self.remember {
+            let waiting = std::mem::take(&mut r.waiting_for_load);
+            r.recovery.clear();
+            for d in waiting {
+                self.rebuffer(d);
+            }
+        }
         let stop = self.start.factory.stop.clone();
         let ids: Vec<EntityId> = self.entities.keys().cloned().collect();
         for id in ids {
-            if let Some(EntityState::Active(actor)) = self.entities.remove(&id) {
-                stop(&actor);
-                self.entities
-                    .insert(id, EntityState::Stopping(actor, VecDeque::new()));
+            match self.entities.remove(&id) {
+                Some(EntityState::Active(actor)) => {
+                    stop(&actor);
+                    self.entities
+                        .insert(id, EntityState::Passivating(actor, VecDeque::new()));
+                }
+                Some(state @ EntityState::Passivating(..)) => {
+                    self.entities.insert(id, state);
+                }
+                // Not running: their messages go to the new home, where
+                // the entities are remembered or started by them.
+                Some(EntityState::RememberingStart(buffered))
+                | Some(EntityState::RememberingStop(buffered)) => {
+                    for d in buffered {
+                        self.rebuffer(d);
+                    }
+                }
+                Some(EntityState::RememberedButNotCreated | EntityState::WaitingForRestart)
+                | None => {}
             }
         }
         tracing::debug!(
@@ -249,9 +575,233 @@ impl<E: Entity> Shard<E> {
             self.start.settings.handoff_timeout
         );
         for state in self.entities.values() {
-            match state {
-                EntityState::Active(a) | EntityState::Stopping(a, _) => a.stop(),
+            if let EntityState::Active(a) | EntityState::Passivating(a, _) = state {
+                a.stop();
             }
+        }
+    }
+
+    async fn on_passivate(&mut self, msg: Passivate) {
+        let Some(id) = self.by_uid.get(&msg.uid).cloned() else {
+            return;
+        };
+        if self.handing_off {
+            // Its stop message is already on the way.
+            return;
+        }
+        if matches!(self.entities.get(&id), Some(EntityState::Active(a)) if a.uid() == msg.uid) {
+            self.passivate(&id);
+        }
+    }
+
+    async fn on_drain_touches(&mut self, _msg: DrainTouches) {
+        self.drain_touches();
+    }
+
+    async fn on_shards_updated(&mut self, msg: ShardsUpdated) {
+        self.drain_touches();
+        if let Some(limit) = &mut self.limit {
+            let victims = limit.set_limit(msg.per_shard);
+            self.passivate_all(victims);
+        }
+    }
+
+    async fn on_idle_check(&mut self, _msg: IdleCheck) {
+        let Some(epochs) = self.idle_epochs else {
+            return;
+        };
+        if self.handing_off {
+            return;
+        }
+        let now = self.start.local.advance_epoch();
+        let idle = self.start.local.idle_since(now, epochs);
+        if !idle.is_empty() {
+            tracing::debug!(
+                "sharding: passivating {} idle entities of `{}` in shard {}",
+                idle.len(),
+                E::TYPE_NAME,
+                self.start.shard
+            );
+        }
+        self.passivate_all(idle);
+    }
+
+    async fn on_remembered_loaded(&mut self, msg: RememberedLoaded, ctx: &mut Context<Self>) {
+        let ids = match msg.0 {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(
+                    "sharding: shard {} of `{}` could not read its remembered entities ({e}); \
+                     retrying in {RETRY_AFTER:?}",
+                    self.start.shard,
+                    E::TYPE_NAME
+                );
+                ctx.start_single_timer("remember-retry", RememberRetry, RETRY_AFTER);
+                return;
+            }
+        };
+        let Some(r) = &mut self.remember else {
+            return;
+        };
+        if !r.loading {
+            return;
+        }
+        r.loading = false;
+        let waiting = std::mem::take(&mut r.waiting_for_load);
+        if self.handing_off {
+            for d in waiting {
+                self.rebuffer(d);
+            }
+            return;
+        }
+        // Entities that the shard-id extractor now puts in another shard
+        // move there: forgotten here, started (and remembered) there.
+        let mut moved = Vec::new();
+        let mut here = 0;
+        for id in ids {
+            if self.start.extractor.shard_id(&id) != self.start.shard {
+                moved.push(id);
+            } else if !self.entities.contains_key(&id) {
+                self.entities
+                    .insert(id.clone(), EntityState::RememberedButNotCreated);
+                r.recovery.push_back(id);
+                here += 1;
+            }
+        }
+        tracing::debug!(
+            "sharding: shard {} of `{}` remembers {here} entities",
+            self.start.shard,
+            E::TYPE_NAME
+        );
+        if !moved.is_empty() {
+            tracing::info!(
+                "sharding: {} remembered entities of shard {} of `{}` belong to other shards now \
+                 (the shard-id extractor changed); moving them",
+                moved.len(),
+                self.start.shard,
+                E::TYPE_NAME
+            );
+            for id in &moved {
+                let shard = self.start.extractor.shard_id(id);
+                let _ = self.start.region.tell(Rebuffer(
+                    shard,
+                    Delivery::new(id.clone(), Box::new(StartEntity)),
+                ));
+            }
+            r.to_stop.extend(moved);
+        }
+        match self.start.settings.entity_recovery_strategy {
+            EntityRecoveryStrategy::All => self.recover(usize::MAX, ctx),
+            EntityRecoveryStrategy::Constant {
+                frequency,
+                number_of_entities,
+            } => {
+                self.recover(number_of_entities, ctx);
+                if self
+                    .remember
+                    .as_ref()
+                    .is_some_and(|r| !r.recovery.is_empty())
+                {
+                    ctx.start_periodic_timer("recovery", RecoveryTick, frequency);
+                }
+            }
+        }
+        for d in waiting {
+            self.deliver(d, ctx);
+        }
+        self.flush_remember(ctx);
+    }
+
+    async fn on_remember_written(&mut self, msg: RememberWritten, ctx: &mut Context<Self>) {
+        let RememberWritten {
+            started,
+            stopped,
+            result,
+        } = msg;
+        let Some(r) = &mut self.remember else {
+            return;
+        };
+        r.writing = false;
+        if let Err(e) = result {
+            tracing::warn!(
+                "sharding: shard {} of `{}` could not remember {} started and {} stopped entities \
+                 ({e}); retrying in {RETRY_AFTER:?} (their messages wait)",
+                self.start.shard,
+                E::TYPE_NAME,
+                started.len(),
+                stopped.len()
+            );
+            // The same batch first, then what came meanwhile.
+            r.to_start.splice(0..0, started);
+            r.to_stop.splice(0..0, stopped);
+            ctx.start_single_timer("remember-retry", RememberRetry, RETRY_AFTER);
+            return;
+        }
+        for id in started {
+            if let Some(EntityState::RememberingStart(buffered)) = self.entities.remove(&id) {
+                if self.handing_off {
+                    for d in buffered {
+                        self.rebuffer(d);
+                    }
+                } else {
+                    self.start_entity(&id, buffered, ctx);
+                }
+            }
+        }
+        for id in stopped {
+            match self.entities.remove(&id) {
+                // Messages came while its stop was written: it starts
+                // again, remembered again.
+                Some(EntityState::RememberingStop(buffered)) if !buffered.is_empty() => {
+                    if self.handing_off {
+                        for d in buffered {
+                            self.rebuffer(d);
+                        }
+                    } else {
+                        if let Some(r) = &mut self.remember {
+                            r.to_start.push(id.clone());
+                        }
+                        self.entities
+                            .insert(id, EntityState::RememberingStart(buffered));
+                    }
+                }
+                Some(EntityState::RememberingStop(_)) | None => {}
+                Some(other) => {
+                    self.entities.insert(id, other);
+                }
+            }
+        }
+        self.flush_remember(ctx);
+    }
+
+    async fn on_remember_retry(&mut self, _msg: RememberRetry, ctx: &mut Context<Self>) {
+        match &self.remember {
+            Some(r) if r.loading => self.load_remembered(ctx),
+            Some(_) => self.flush_remember(ctx),
+            None => {}
+        }
+    }
+
+    async fn on_recovery_tick(&mut self, _msg: RecoveryTick, ctx: &mut Context<Self>) {
+        if self.handing_off {
+            return;
+        }
+        let count = match self.start.settings.entity_recovery_strategy {
+            EntityRecoveryStrategy::Constant {
+                number_of_entities, ..
+            } => number_of_entities,
+            EntityRecoveryStrategy::All => usize::MAX,
+        };
+        self.recover(count, ctx);
+    }
+
+    async fn on_restart_entity(&mut self, msg: RestartEntity, ctx: &mut Context<Self>) {
+        if self.handing_off {
+            return;
+        }
+        if let Some(EntityState::WaitingForRestart) = self.entities.get(&msg.0) {
+            self.entities.remove(&msg.0);
+            self.start_entity(&msg.0, [], ctx);
         }
     }
 }

@@ -9,7 +9,9 @@ use crate::error::ShardingError;
 use crate::extractor::{EntityId, HashShardIdExtractor, ShardIdExtractor};
 use crate::protocol::*;
 use crate::queries::{ClusterShardingStats, CurrentShardRegionState, GetRegionState};
-use crate::region::{region_name, GracefulShutdown, IsRegistered, Region, RegionShared};
+use crate::region::{
+    region_name, GracefulShutdown, IsRegistered, Region, RegionShared, SetActiveEntityLimit,
+};
 use crate::settings::ShardingSettings;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -299,7 +301,15 @@ impl ClusterSharding {
         let extractor = config
             .extractor
             .unwrap_or_else(|| Arc::new(HashShardIdExtractor::new(settings.number_of_shards)));
-        let shared = Arc::new(RegionShared::<E>::new(system.clone(), extractor, settings));
+        if settings.remember_entities {
+            warn_remember_settings::<E>(&settings, &inner.replicator);
+        }
+        let shared = Arc::new(RegionShared::<E>::new(
+            system.clone(),
+            extractor,
+            settings,
+            inner.replicator.clone(),
+        ));
         let region = Region::new(
             shared.clone(),
             inner.cluster.clone(),
@@ -418,6 +428,23 @@ impl ClusterSharding {
             .ask_timeout(GetRegionState, Duration::from_secs(10))
             .await
             .map_err(|_| ShardingError::Timeout)
+    }
+
+    /// Changes the active-entity limit of this node's region of `E` at run
+    /// time (Akka's `SetActiveEntityLimit`): its shards get their new
+    /// shares and passivate what no longer fits. The limit is per region,
+    /// so call it on every node that should change. A region whose
+    /// passivation strategy has no limit keeps none (and logs a warning).
+    pub fn set_active_entity_limit<E: Entity>(&self, limit: usize) -> Result<(), ShardingError> {
+        if limit == 0 {
+            return Err(ShardingError::Settings(
+                "the active-entity limit must be at least 1".to_string(),
+            ));
+        }
+        let region = self.region::<E>()?;
+        region
+            .tell(SetActiveEntityLimit(limit))
+            .map_err(|_| ShardingError::NotStarted(E::TYPE_NAME.to_string()))
     }
 
     /// True once this node's region of `E` has registered with the
@@ -564,5 +591,27 @@ impl ClusterSharding {
         timeout: Duration,
     ) -> Result<ClusterShardingStats, ShardingError> {
         (self.queries_of(type_name)?.cluster_stats)(self.clone(), timeout).await
+    }
+}
+
+/// Remembered entities: says what the settings change or lose.
+fn warn_remember_settings<E: Entity>(settings: &ShardingSettings, replicator: &Replicator) {
+    if settings.passivation.active_entity_limit().is_some()
+        || settings.passivation.idle_timeout().is_some()
+    {
+        tracing::warn!(
+            "sharding: `{}` remembers its entities, so automatic passivation is off (it would \
+             stop entities that must keep running); explicit passivation still works",
+            E::TYPE_NAME
+        );
+    }
+    let probe = crate::internal_keys::remembered_shards_key(E::TYPE_NAME);
+    if !replicator.is_durable(&probe) {
+        tracing::warn!(
+            "sharding: `{}` remembers its entities in distributed data, but its keys are not \
+             durable (add \"shard-*\" to the replicator's durable keys): they survive the loss \
+             of a minority of nodes, not a restart of the whole cluster",
+            E::TYPE_NAME
+        );
     }
 }

@@ -42,6 +42,7 @@ mod replicator;
 mod types;
 
 pub use crdt::ReplicatedData;
+pub use durable::{DurableStore, DurableStoreError};
 pub use gcounter::GCounter;
 pub use lww_register::{default_clock, reverse_clock, LWWRegister};
 pub use or_map::ORMap;

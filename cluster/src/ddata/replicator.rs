@@ -530,15 +530,18 @@ struct ReplicaCount;
 #[derive(Debug, Clone, Copy, Message)]
 struct TypesChanged;
 
+/// Whether `key` matches one of `patterns` (exact names, or prefixes
+/// ending in `*`).
+fn matches_durable(patterns: &[String], key: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => key.starts_with(prefix),
+        None => p == key,
+    })
+}
+
 impl ReplicatorActor {
     fn is_durable(&self, key: &str) -> bool {
-        self.settings
-            .durable_keys
-            .iter()
-            .any(|p| match p.strip_suffix('*') {
-                Some(prefix) => key.starts_with(prefix),
-                None => p == key,
-            })
+        matches_durable(&self.settings.durable_keys, key)
     }
 
     /// Writes `entry` (with its pruning marks) to the durable store, if
@@ -1017,6 +1020,7 @@ pub struct Replicator {
     types: Arc<TypeRegistry>,
     self_node: UniqueAddress,
     min_cap: usize,
+    durable_keys: Arc<Vec<String>>,
 }
 
 /// Two handles are equal when they reach the same replicator actor.
@@ -1147,6 +1151,22 @@ impl Replicator {
         running(&slot).cloned()
     }
 
+    /// Whether `key` is kept in the durable store (it matches one of the
+    /// settings' `durable_keys`), so that it survives a restart of every
+    /// node.
+    ///
+    /// ```no_run
+    /// # use troupe_cluster::ddata::Replicator;
+    /// # fn run(replicator: &Replicator) {
+    /// if !replicator.is_durable("shard-counter-all") {
+    ///     eprintln!("remembered counters will not survive a full cluster restart");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_durable(&self, key: &str) -> bool {
+        matches_durable(&self.durable_keys, key)
+    }
+
     /// This replicator's `majority_min_cap` (see [`ReplicatorSettings`]),
     /// for [`WriteConsistency::replicas_needed`] and
     /// [`ReadConsistency::replicas_needed`].
@@ -1198,6 +1218,7 @@ impl Replicator {
             );
         }
         let min_cap = settings.majority_min_cap;
+        let durable_keys = Arc::new(settings.durable_keys.clone());
         let role = settings.role.clone();
         let actor = system
             .spawn_system_actor(
@@ -1226,6 +1247,7 @@ impl Replicator {
             types,
             self_node: cluster.self_node().clone(),
             min_cap,
+            durable_keys,
         })
     }
 

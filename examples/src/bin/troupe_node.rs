@@ -23,8 +23,15 @@
 //! - the sharding routes (`GET /cluster/shards`, `/cluster/shards/{name}`,
 //!   `/cluster/shards/{name}/state`, `/cluster/shards/{name}/stats`), and
 //!   `/ready` waits for the sharding readiness check.
+//!
+//! `troupe-node remove-sharding-data --data-dir DIR --types counter,other`
+//! does not run a node: it removes the internal sharding data of those
+//! entity types (coordinator state, remembered shards and entities) from
+//! the durable store of a stopped node and prints what it removed (see the
+//! guide's "Removing internal sharding data" first: never while any node
+//! of the cluster runs).
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,7 +53,11 @@ use troupe_core::rt;
 use troupe_sharding::{ClusterSharding, EntityId, ShardingSettings};
 
 #[derive(Parser)]
-#[command(name = "troupe-node", about = "A Troupe cluster node")]
+#[command(
+    name = "troupe-node",
+    about = "A Troupe cluster node",
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
     /// The actor system's name (the same on every node of a cluster).
     #[arg(long, default_value = "troupe")]
@@ -79,6 +90,31 @@ struct Args {
     /// cannot share it.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Instead of running a node, a maintenance command.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Removes internal sharding data from a stopped node's durable store.
+    ///
+    /// Removes the coordinator's state and the remembered shards and
+    /// entities of the given entity types, and prints what it removed.
+    /// Never run it while any node of the cluster runs (stop them all
+    /// first); it refuses while a node uses this store.
+    RemoveShardingData(RemoveShardingData),
+}
+
+#[derive(clap::Args)]
+struct RemoveShardingData {
+    /// The stopped node's data directory (its `--data-dir`); the store is
+    /// `DATA_DIR/ddata.redb`.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The entity types, comma-separated (for instance `counter,other`).
+    #[arg(long, value_delimiter = ',', required = true)]
+    types: Vec<String>,
 }
 
 fn settings(args: &Args) -> Result<ClusterSettings, String> {
@@ -126,7 +162,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Some(Command::RemoveShardingData(command)) = args.command.take() {
+        return remove_sharding_data(&command);
+    }
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -135,6 +174,33 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// `troupe-node remove-sharding-data`: prints what it removed, per type;
+/// fails (with the reason on stderr) when a node holds the store, when
+/// there is none, or on any other error, having removed nothing.
+#[allow(clippy::print_stdout)] // the report is the command's output
+fn remove_sharding_data(command: &RemoveShardingData) -> ExitCode {
+    let store = command.data_dir.join(STORE_FILE);
+    let types: Vec<&str> = command
+        .types
+        .iter()
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .collect();
+    match troupe_sharding::remove_internal_sharding_data(&store, &types) {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("troupe-node remove-sharding-data: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The node's durable store, in its data directory.
+const STORE_FILE: &str = "ddata.redb";
 
 fn run(args: Args) -> Result<(), String> {
     let settings = settings(&args)?;
@@ -147,8 +213,9 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let cluster = Cluster::start(&system, settings).map_err(|e| e.to_string())?;
     tracing::info!("node {} started", cluster.self_node());
-    // Distributed data with the counters' keys on disk, started before
-    // sharding so that sharding shares this replicator.
+    // Distributed data with the counters' keys and sharding's remembered
+    // entities (`shard-*`) on disk, started before sharding so that
+    // sharding shares this replicator.
     let data_dir = args.data_dir.clone().unwrap_or_else(|| {
         let port = cluster.self_address().port();
         PathBuf::from("troupe-data").join(format!("{}-{port}", args.system))
@@ -157,8 +224,8 @@ fn run(args: Args) -> Result<(), String> {
         &system,
         &cluster,
         ReplicatorSettings {
-            durable_keys: vec![format!("{COUNTER_KEY_PREFIX}*")],
-            durable_store: data_dir.join("ddata.redb"),
+            durable_keys: vec![format!("{COUNTER_KEY_PREFIX}*"), "shard-*".to_string()],
+            durable_store: data_dir.join(STORE_FILE),
             ..ReplicatorSettings::default()
         },
     )

@@ -32,6 +32,8 @@ pub struct ProbeState {
     pub received: HashMap<String, Vec<u64>>,
     /// Per entity, the nodes where it started, in order.
     pub started_on: HashMap<String, Vec<String>>,
+    /// Per entity, when each incarnation started.
+    pub started_at: HashMap<String, Vec<Instant>>,
     /// Live incarnations per (entity, node), crashed nodes included.
     pub alive_on: HashMap<(String, String), usize>,
     /// Nodes treated as crashed (see [`Probe::crashed`]).
@@ -76,6 +78,16 @@ impl Probe {
         })
     }
 
+    /// How many incarnations of entity `id` have started.
+    pub fn starts(&self, id: &str) -> usize {
+        self.state(|p| p.started_on.get(id).map_or(0, Vec::len))
+    }
+
+    /// Incarnations alive now (on nodes that did not crash).
+    pub fn alive_count(&self) -> usize {
+        self.state(|p| p.alive.values().sum())
+    }
+
     /// The numbered messages entity `id` received.
     pub fn received(&self, id: &str) -> Vec<u64> {
         self.state(|p| p.received.get(id).cloned().unwrap_or_default())
@@ -106,6 +118,10 @@ impl Actor for Counter {
             .entry(self.id.to_string())
             .or_default()
             .push(self.node.clone());
+        p.started_at
+            .entry(self.id.to_string())
+            .or_default()
+            .push(Instant::now());
     }
     async fn stopped(&mut self, _ctx: &mut Context<Self>) {
         let mut p = self.probe.inner.lock().unwrap();
@@ -144,6 +160,17 @@ pub struct WhereAreYou;
 #[message(name = "test.Ignored")]
 pub struct Ignored;
 
+/// Asks the counter to passivate itself.
+#[derive(Debug, Clone, Message, Serialize, Deserialize)]
+#[message(name = "test.PassivateMe")]
+pub struct PassivateMe;
+
+/// Stops the counter after lingering this many milliseconds (a slow stop
+/// message).
+#[derive(Debug, Clone, Message, Serialize, Deserialize)]
+#[message(name = "test.Linger")]
+pub struct Linger(pub u64);
+
 /// Stops the counter (a hand-off stop message that it obeys).
 #[derive(Debug, Clone, Message, Serialize, Deserialize)]
 #[message(name = "test.StopCounter")]
@@ -172,6 +199,15 @@ impl Counter {
     }
 
     async fn ignored(&mut self, _m: Ignored) {}
+
+    async fn linger(&mut self, m: Linger, ctx: &mut Context<Self>) {
+        rt::sleep(Duration::from_millis(m.0)).await;
+        ctx.stop();
+    }
+
+    async fn passivate_me(&mut self, _m: PassivateMe, ctx: &mut Context<Self>) {
+        troupe_sharding::EntityContext::passivate(ctx);
+    }
 
     async fn stop_counter(&mut self, _m: StopCounter, ctx: &mut Context<Self>) {
         ctx.stop();
@@ -299,6 +335,16 @@ pub fn system() -> ActorSystem {
 /// with the test cluster settings changed by `tweak`, and has sharding but
 /// no entity type started yet.
 pub fn bare_node(seed: Option<&Address>, tweak: impl FnOnce(&mut ClusterSettings)) -> Node {
+    node_with(seed, tweak, None)
+}
+
+/// A node as [`bare_node`] makes it, with its replicator started with
+/// `replicator` when given.
+fn node_with(
+    seed: Option<&Address>,
+    tweak: impl FnOnce(&mut ClusterSettings),
+    replicator: Option<troupe_cluster::ddata::ReplicatorSettings>,
+) -> Node {
     let system = system();
     let seeds = vec![seed
         .cloned()
@@ -306,6 +352,9 @@ pub fn bare_node(seed: Option<&Address>, tweak: impl FnOnce(&mut ClusterSettings
     let mut settings = cluster_settings(&seeds);
     tweak(&mut settings);
     let cluster = Cluster::start(&system, settings).unwrap();
+    if let Some(r) = replicator {
+        troupe_cluster::ddata::Replicator::start(&system, &cluster, r).unwrap();
+    }
     let sharding = ClusterSharding::new(&system, &cluster).unwrap();
     Node {
         system,
@@ -360,6 +409,37 @@ pub fn start_nodes_with(
         nodes.push(node);
     }
     nodes
+}
+
+/// A node whose replicator keeps sharding's keys (`shard-*`) in a durable
+/// store at `store`, joining `seed` (or forming a cluster when `None`),
+/// with the test cluster settings changed by `tweak`.
+pub fn durable_node(
+    seed: Option<&Address>,
+    store: &std::path::Path,
+    tweak: impl FnOnce(&mut ClusterSettings),
+) -> Node {
+    let replicator = troupe_cluster::ddata::ReplicatorSettings {
+        durable_keys: vec!["shard-*".to_string()],
+        durable_store: store.to_path_buf(),
+        gossip_interval: Duration::from_millis(300),
+        ..Default::default()
+    };
+    node_with(seed, tweak, Some(replicator))
+}
+
+/// A fresh directory under the system's temporary directory.
+pub fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!(
+        "troupe-sharding-{}-{tag}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 pub async fn shutdown_all(nodes: impl IntoIterator<Item = Node>) {

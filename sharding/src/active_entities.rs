@@ -1,0 +1,172 @@
+//! A shard's active entities as senders see them: the table that the
+//! shard publishes and that the hot path reads to reach an entity without
+//! passing through an actor, and the record of those accesses that
+//! passivation needs.
+//!
+//! Passivation decides on accesses the shard never sees (a direct send
+//! does not go through it), so the senders leave a trace:
+//! - for idle passivation, each entity's stamp of the last idle-check
+//!   epoch in which it got a message (written only once per epoch, so
+//!   that senders of a busy entity do not fight over its cache line);
+//! - for an active-entity limit, the accessed ids, in a bounded buffer
+//!   that the shard replays into its replacement policy (as Caffeine
+//!   does with its read buffers). The buffer is lossy: a sender that
+//!   finds it locked or full leaves no trace, which may make the policy
+//!   choose a slightly worse victim but never loses a message.
+
+use crate::entity::Entity;
+use crate::extractor::EntityId;
+use crate::shard::{DrainTouches, Shard};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use troupe_core::ActorRef;
+
+/// Accesses kept for the shard's replacement policy before it replays
+/// them; beyond, they are dropped.
+const TOUCH_BUFFER: usize = 4096;
+
+/// The shard is asked to replay the buffer once it holds this many.
+const TOUCH_DRAIN_AT: usize = TOUCH_BUFFER / 4;
+
+/// One active entity.
+pub(crate) struct ActiveEntity<E: Entity> {
+    pub(crate) actor: ActorRef<E>,
+    /// The idle-check epoch of its last message.
+    touched: AtomicU32,
+}
+
+/// The active entities of one local shard.
+pub(crate) struct ActiveEntities<E: Entity> {
+    table: RwLock<HashMap<EntityId, ActiveEntity<E>>>,
+    /// The current idle-check epoch (advanced by the shard).
+    epoch: AtomicU32,
+    /// Accessed ids, when a replacement policy wants them.
+    touches: Option<Mutex<Vec<EntityId>>>,
+    drain_requested: AtomicBool,
+    shard: OnceLock<ActorRef<Shard<E>>>,
+}
+
+impl<E: Entity> ActiveEntities<E> {
+    /// An empty table; `record_touches` when the shard has a replacement
+    /// policy that orders entities by their accesses.
+    pub(crate) fn new(record_touches: bool) -> Self {
+        ActiveEntities {
+            table: RwLock::new(HashMap::new()),
+            epoch: AtomicU32::new(0),
+            touches: record_touches.then(|| Mutex::new(Vec::new())),
+            drain_requested: AtomicBool::new(false),
+            shard: OnceLock::new(),
+        }
+    }
+
+    /// The shard that replays the recorded accesses.
+    pub(crate) fn set_shard(&self, shard: ActorRef<Shard<E>>) {
+        let _ = self.shard.set(shard);
+    }
+
+    /// Runs `send` with the entity's actor and `item` if the entity is
+    /// active, and records the access when it succeeds; `Err(item)` when
+    /// the entity is not active or `send` handed `item` back.
+    pub(crate) fn send<T>(
+        &self,
+        id: &EntityId,
+        item: T,
+        send: impl FnOnce(&ActorRef<E>, T) -> Result<(), T>,
+    ) -> Result<(), T> {
+        let table = self.read();
+        let Some(entity) = table.get(id) else {
+            return Err(item);
+        };
+        send(&entity.actor, item)?;
+        self.touch(id, entity);
+        Ok(())
+    }
+
+    fn touch(&self, id: &EntityId, entity: &ActiveEntity<E>) {
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        if entity.touched.load(Ordering::Relaxed) != epoch {
+            entity.touched.store(epoch, Ordering::Relaxed);
+        }
+        let Some(touches) = &self.touches else {
+            return;
+        };
+        let Ok(mut buffer) = touches.try_lock() else {
+            return;
+        };
+        if buffer.len() < TOUCH_BUFFER {
+            buffer.push(id.clone());
+        }
+        let due = buffer.len() >= TOUCH_DRAIN_AT;
+        drop(buffer);
+        if due && !self.drain_requested.swap(true, Ordering::AcqRel) {
+            if let Some(shard) = self.shard.get() {
+                let _ = shard.tell(DrainTouches);
+            }
+        }
+    }
+
+    /// Records an access made through the shard (a message it delivered).
+    pub(crate) fn touch_by_shard(&self, id: &EntityId) {
+        if let Some(entity) = self.read().get(id) {
+            let epoch = self.epoch.load(Ordering::Relaxed);
+            entity.touched.store(epoch, Ordering::Relaxed);
+        }
+    }
+
+    /// The recorded accesses, oldest first, and a fresh buffer.
+    pub(crate) fn take_touches(&self) -> Vec<EntityId> {
+        self.drain_requested.store(false, Ordering::Release);
+        match &self.touches {
+            Some(t) => std::mem::take(&mut *t.lock().unwrap_or_else(|e| e.into_inner())),
+            None => Vec::new(),
+        }
+    }
+
+    /// Starts the next idle-check epoch; returns it.
+    pub(crate) fn advance_epoch(&self) -> u32 {
+        self.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+    }
+
+    /// Entities whose last message came `epochs` or more epochs before
+    /// `now`.
+    pub(crate) fn idle_since(&self, now: u32, epochs: u32) -> Vec<EntityId> {
+        self.read()
+            .iter()
+            .filter(|(_, e)| now.wrapping_sub(e.touched.load(Ordering::Relaxed)) >= epochs)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Publishes a new incarnation (after its first message is queued: a
+    /// direct sender comes after it).
+    pub(crate) fn insert(&self, id: EntityId, actor: ActorRef<E>) {
+        let touched = AtomicU32::new(self.epoch.load(Ordering::Relaxed));
+        self.write().insert(id, ActiveEntity { actor, touched });
+    }
+
+    /// Unpublishes an entity. Every direct send that found it has queued
+    /// its message when this returns, so whatever the shard sends the
+    /// entity next comes after those.
+    pub(crate) fn remove(&self, id: &EntityId) {
+        self.write().remove(id);
+    }
+
+    /// Unpublishes every entity (a hand-off), with the same guarantee.
+    pub(crate) fn clear(&self) {
+        self.write().clear();
+    }
+
+    /// The published entity ids.
+    pub(crate) fn ids(&self) -> Vec<EntityId> {
+        self.read().keys().cloned().collect()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<EntityId, ActiveEntity<E>>> {
+        self.table.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<EntityId, ActiveEntity<E>>> {
+        self.table.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
