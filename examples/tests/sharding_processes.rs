@@ -5,10 +5,10 @@
 
 mod support;
 
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use support::{eventually, free_port, get, http, Node};
+use std::path::PathBuf;
+use support::counters::{add, await_members, check_values, get_json, start, Member};
+use support::{eventually, free_port, get, http};
 
 /// Fast failure detection and downing, and sharding settings for a test,
 /// in one settings file (`--config`).
@@ -36,106 +36,6 @@ updating-state-timeout = "3s"
 "#;
 
 const COUNTERS: usize = 20;
-
-/// A node of the test: its process and its management HTTP address.
-struct Member {
-    node: Node,
-    http: String,
-}
-
-fn start(port: u16, seeds: &str, config: &Path, data: &Path, tag: &str) -> Member {
-    let args = [
-        "--seed-nodes".to_string(),
-        seeds.to_string(),
-        "--http".to_string(),
-        "127.0.0.1:0".to_string(),
-        "--config".to_string(),
-        config.display().to_string(),
-        "--data-dir".to_string(),
-        data.display().to_string(),
-    ];
-    let node = Node::spawn(port, &args, &[], tag);
-    let http = node.http_addr();
-    Member { node, http }
-}
-
-/// `GET path` on `m` as JSON, if it answers 200.
-fn get_json(m: &Member, path: &str) -> Result<Value, String> {
-    match get(&m.http, path) {
-        Some(a) if a.status == 200 => Ok(a.json()),
-        Some(a) => Err(format!(
-            "{} answers {}: {}",
-            m.node.address, a.status, a.body
-        )),
-        None => Err(format!("{} does not answer", m.node.address)),
-    }
-}
-
-/// Waits until `m` sees exactly `nodes` as Up members.
-fn await_members(m: &Member, nodes: &[&Member]) {
-    let want: BTreeSet<String> = nodes.iter().map(|n| n.node.address.clone()).collect();
-    eventually(&format!("{} sees {want:?} Up", m.node.address), || {
-        let json = get_json(m, "/cluster/members")?;
-        let members = json["members"].as_array().unwrap();
-        let up: BTreeSet<String> = members
-            .iter()
-            .filter(|m| m["status"] == "Up")
-            .map(|m| m["node"].as_str().unwrap().to_string())
-            .collect();
-        if up == want && members.len() == want.len() {
-            Ok(())
-        } else {
-            Err(json.to_string())
-        }
-    })
-}
-
-/// `POST /counters/{id}` with `add=n` through `m`: the new value and the
-/// node that answered.
-fn add(m: &Member, id: &str, n: i64) -> (i64, String) {
-    let answer = http(
-        &m.http,
-        "POST",
-        &format!("/counters/{id}"),
-        Some(&format!("add={n}")),
-    )
-    .unwrap_or_else(|| panic!("{} does not answer", m.node.address));
-    assert_eq!(answer.status, 200, "add {n} to {id}: {}", answer.body);
-    let json = answer.json();
-    assert_eq!(json["id"], id, "{json}");
-    (
-        json["value"].as_i64().unwrap(),
-        json["node"].as_str().unwrap().to_string(),
-    )
-}
-
-/// Every counter has its expected value when read through `via`
-/// (retrying while its shard moves); returns the answering node per
-/// counter.
-fn check_values(
-    via: &[&Member],
-    expected: &BTreeMap<String, i64>,
-    allowed: &[&Member],
-) -> BTreeMap<String, String> {
-    let allowed: BTreeSet<&str> = allowed.iter().map(|m| m.node.address.as_str()).collect();
-    let mut answered = BTreeMap::new();
-    for (i, (id, value)) in expected.iter().enumerate() {
-        let m = via[i % via.len()];
-        let node = eventually(&format!("GET /counters/{id} through {}", m.http), || {
-            let json = get_json(m, &format!("/counters/{id}"))?;
-            if json["value"].as_i64() != Some(*value) {
-                panic!("counter {id} lost its value: expected {value}, got {json}");
-            }
-            Ok(json["node"].as_str().unwrap().to_string())
-        });
-        assert!(
-            allowed.contains(node.as_str()),
-            "{id} answered by {node}, not one of {allowed:?}"
-        );
-        answered.insert(id.clone(), node);
-    }
-    answered
-}
 
 struct TempDir(PathBuf);
 

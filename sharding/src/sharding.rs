@@ -12,7 +12,7 @@ use crate::queries::{ClusterShardingStats, CurrentShardRegionState, GetRegionSta
 use crate::region::{
     region_name, GracefulShutdown, IsRegistered, Region, RegionShared, SetActiveEntityLimit,
 };
-use crate::settings::ShardingSettings;
+use crate::settings::{PassivationSettings, ShardingSettings};
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
@@ -596,9 +596,9 @@ impl ClusterSharding {
 
 /// Remembered entities: says what the settings change or lose.
 fn warn_remember_settings<E: Entity>(settings: &ShardingSettings, replicator: &Replicator) {
-    if settings.passivation.active_entity_limit().is_some()
-        || settings.passivation.idle_timeout().is_some()
-    {
+    // Akka's default (idle) is turned off quietly; a strategy that was
+    // asked for is worth a warning.
+    if settings.passivation != PassivationSettings::default() && settings.passivation.is_enabled() {
         tracing::warn!(
             "sharding: `{}` remembers its entities, so automatic passivation is off (it would \
              stop entities that must keep running); explicit passivation still works",

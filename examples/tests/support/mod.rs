@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test uses a part
 
+pub mod counters;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
