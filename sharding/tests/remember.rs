@@ -345,3 +345,52 @@ fn a_remembered_entity_that_stops_by_itself_is_restarted_after_the_backoff() {
         shutdown_all([node]).await;
     });
 }
+
+#[test]
+fn messages_during_a_remembered_stop_or_a_restart_backoff_start_the_entity_at_once() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let node = bare_node(None, |_| {});
+        // A slow stop: messages arrive while it passivates, then while its
+        // stop is being remembered.
+        let config = counter_config(&node, &probe).with_stop_message(Linger(300));
+        let settings = ShardingSettings {
+            entity_restart_backoff: Duration::from_secs(30),
+            ..remembering()
+        };
+        node.start_counter_with(config, settings);
+        let c = node.counter("life");
+        c.ask(Add(1)).await.unwrap();
+        c.tell(PassivateMe).unwrap();
+        for n in 0..20 {
+            c.tell(Seq(n)).unwrap();
+            rt::sleep(Duration::from_millis(25)).await;
+        }
+        let expected: Vec<u64> = (0..20).collect();
+        eventually(
+            "every message reached an incarnation, in order",
+            async || probe.received("life") == expected,
+        )
+        .await;
+        eventually("it runs again", async || {
+            probe.alive_entities().contains("life")
+        })
+        .await;
+        assert_eq!(probe.state(|p| p.max_alive), 1, "two incarnations at once");
+
+        // Stopped by itself: it would come back after 30 s, but a message
+        // starts it at once.
+        let starts = probe.starts("life");
+        c.tell(StopCounter).unwrap();
+        eventually("it stopped", async || {
+            !probe.alive_entities().contains("life")
+        })
+        .await;
+        let asked = Instant::now();
+        assert_eq!(c.ask(Add(2)).await.unwrap(), 2);
+        assert!(asked.elapsed() < Duration::from_secs(10));
+        assert_eq!(probe.starts("life"), starts + 1);
+        shutdown_all([node]).await;
+    });
+}
