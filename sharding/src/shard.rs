@@ -160,6 +160,8 @@ pub(crate) struct Shard<E: Entity> {
     /// Idle passivation: epochs without a message before passivation.
     idle_epochs: Option<u32>,
     remember: Option<Remember<E>>,
+    /// Messages held for the next home during a hand-off.
+    leftovers: Vec<Delivery<E>>,
 }
 
 impl<E: Entity> Actor for Shard<E> {
@@ -202,6 +204,7 @@ impl<E: Entity> Shard<E> {
             limit,
             idle_epochs: None,
             remember,
+            leftovers: Vec::new(),
         }
     }
 
@@ -306,18 +309,18 @@ impl<E: Entity> Shard<E> {
         }
     }
 
-    /// Sends a message back to the region (the shard is moving).
-    fn rebuffer(&self, delivery: Delivery<E>) {
-        let _ = self
-            .start
-            .region
-            .tell(Rebuffer(self.start.shard.clone(), delivery));
+    /// Keeps a message for the shard's next home (the shard is moving).
+    /// Everything the shard holds was sent before what the region buffers
+    /// once the hand-off began, so the region puts these first when the
+    /// shard terminates.
+    fn hold_for_new_home(&mut self, delivery: Delivery<E>) {
+        self.leftovers.push(delivery);
     }
 
     /// Delivers to the entity, starting it if it is not running.
     fn deliver(&mut self, delivery: Delivery<E>, ctx: &mut Context<Self>) {
         if self.handing_off {
-            return self.rebuffer(delivery);
+            return self.hold_for_new_home(delivery);
         }
         if let Some(r) = &mut self.remember {
             if r.loading {
@@ -441,7 +444,7 @@ impl<E: Entity> Shard<E> {
         if self.handing_off && !stopping {
             let _ = self.start.region.tell(ShardTerminated {
                 shard: self.start.shard.clone(),
-                leftovers: Vec::new(),
+                leftovers: std::mem::take(&mut self.leftovers),
             });
             ctx.stop();
         }
@@ -465,7 +468,7 @@ impl<E: Entity> Shard<E> {
             Some(EntityState::Passivating(_, buffered)) => {
                 if self.handing_off {
                     for d in buffered {
-                        self.rebuffer(d);
+                        self.hold_for_new_home(d);
                     }
                 } else if let Some(r) = &mut self.remember {
                     // Passivated: forgotten, unless messages came meanwhile
@@ -524,7 +527,7 @@ impl<E: Entity> Shard<E> {
             let waiting = std::mem::take(&mut r.waiting_for_load);
             r.recovery.clear();
             for d in waiting {
-                self.rebuffer(d);
+                self.hold_for_new_home(d);
             }
         }
         let stop = self.start.factory.stop.clone();
@@ -544,7 +547,7 @@ impl<E: Entity> Shard<E> {
                 Some(EntityState::RememberingStart(buffered))
                 | Some(EntityState::RememberingStop(buffered)) => {
                     for d in buffered {
-                        self.rebuffer(d);
+                        self.hold_for_new_home(d);
                     }
                 }
                 Some(EntityState::RememberedButNotCreated | EntityState::WaitingForRestart)
@@ -650,7 +653,7 @@ impl<E: Entity> Shard<E> {
         let waiting = std::mem::take(&mut r.waiting_for_load);
         if self.handing_off {
             for d in waiting {
-                self.rebuffer(d);
+                self.hold_for_new_home(d);
             }
             return;
         }
@@ -741,7 +744,7 @@ impl<E: Entity> Shard<E> {
             if let Some(EntityState::RememberingStart(buffered)) = self.entities.remove(&id) {
                 if self.handing_off {
                     for d in buffered {
-                        self.rebuffer(d);
+                        self.hold_for_new_home(d);
                     }
                 } else {
                     self.start_entity(&id, buffered, ctx);
@@ -755,7 +758,7 @@ impl<E: Entity> Shard<E> {
                 Some(EntityState::RememberingStop(buffered)) if !buffered.is_empty() => {
                     if self.handing_off {
                         for d in buffered {
-                            self.rebuffer(d);
+                            self.hold_for_new_home(d);
                         }
                     } else {
                         if let Some(r) = &mut self.remember {
