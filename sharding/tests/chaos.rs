@@ -6,7 +6,8 @@
 //! - no entity got a message twice or out of order (numbers strictly rise);
 //! - every message sent once the cluster was healthy again arrived;
 //! - no two incarnations of one entity were alive at once on the nodes that
-//!   were not cut off (a shared probe), and no send was refused.
+//!   were not cut off (a shared probe), and no send was refused;
+//! - all of it while an active-entity limit passivates entities all along.
 
 mod support;
 
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use support::*;
 use troupe_cluster::coordinated_shutdown::Reason;
 use troupe_core::rt;
+use troupe_sharding::{PassivationSettings, ShardingSettings};
 
 /// A small deterministic generator (xorshift), so that a run can be
 /// replayed from its seed.
@@ -70,7 +72,12 @@ fn numbered_messages_survive_joins_leaves_crashes_and_partitions() {
     let mut rng = Rng(seed);
     rt::block_on(async {
         let probe = Arc::new(Probe::default());
-        let settings = sharding_settings();
+        // A small active-entity limit: entities are passivated and started
+        // again all the time, while their shards move.
+        let settings = ShardingSettings {
+            passivation: PassivationSettings::least_recently_used(400),
+            ..sharding_settings()
+        };
         let mut nodes = start_nodes(3, &probe, settings.clone());
         {
             let all: Vec<&Node> = nodes.iter().collect();
@@ -225,6 +232,11 @@ fn numbered_messages_survive_joins_leaves_crashes_and_partitions() {
             assert_eq!(
                 p.max_alive, 1,
                 "two incarnations of one entity were alive at once"
+            );
+            let starts: usize = p.started_on.values().map(Vec::len).sum();
+            assert!(
+                starts > 2 * ENTITIES,
+                "only {starts} starts of {ENTITIES} entities: the limit passivated too little"
             );
         });
         assert_eq!(refused.load(Ordering::Relaxed), 0, "no send was refused");
