@@ -347,8 +347,9 @@ impl ShardingSettings {
     /// The passivation in force: [`passivation`](Self::passivation), or
     /// none while [`remember_entities`](Self::remember_entities) is on
     /// (as in Akka, remembered entities are never passivated
-    /// automatically; the shard logs a warning when that turns off a
-    /// passivation the settings ask for).
+    /// automatically; `ClusterSharding::start` refuses a passivation
+    /// strategy other than the default that is asked for together with
+    /// remembered entities).
     ///
     /// ```
     /// use troupe_sharding::{PassivationSettings, ShardingSettings};

@@ -239,6 +239,9 @@ impl ClusterSharding {
     ) -> Result<(), ShardingError> {
         settings.validate()?;
         let inner = &self.inner;
+        if settings.remember_entities && !proxy_only {
+            check_remember_settings::<E>(&settings, &inner.replicator)?;
+        }
         let system = &inner.system;
         let mut types = inner.types.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = types.get(E::TYPE_NAME) {
@@ -301,9 +304,6 @@ impl ClusterSharding {
         let extractor = config
             .extractor
             .unwrap_or_else(|| Arc::new(HashShardIdExtractor::new(settings.number_of_shards)));
-        if settings.remember_entities {
-            warn_remember_settings::<E>(&settings, &inner.replicator);
-        }
         let shared = Arc::new(RegionShared::<E>::new(
             system.clone(),
             extractor,
@@ -594,16 +594,25 @@ impl ClusterSharding {
     }
 }
 
-/// Remembered entities: says what the settings change or lose.
-fn warn_remember_settings<E: Entity>(settings: &ShardingSettings, replicator: &Replicator) {
-    // Akka's default (idle) is turned off quietly; a strategy that was
-    // asked for is worth a warning.
+/// Remembered entities: refuses an automatic passivation that was asked
+/// for (it would stop entities that must keep running; Akka turns it off
+/// quietly), and says when the remembered ids will not survive a restart
+/// of the whole cluster.
+fn check_remember_settings<E: Entity>(
+    settings: &ShardingSettings,
+    replicator: &Replicator,
+) -> Result<(), ShardingError> {
+    // Akka's default (idle entities) is turned off; a strategy that was
+    // asked for is an error.
     if settings.passivation != PassivationSettings::default() && settings.passivation.is_enabled() {
-        tracing::warn!(
-            "sharding: `{}` remembers its entities, so automatic passivation is off (it would \
-             stop entities that must keep running); explicit passivation still works",
+        return Err(ShardingError::Settings(format!(
+            "`sharding.passivation` ({}) would stop the remembered entities of `{}` \
+             (`sharding.remember-entities = true`), which must keep running: set \
+             `[sharding.passivation] strategy = \"none\"`, or turn remember-entities off \
+             (explicit passivation with `ctx.passivate()` works with both)",
+            settings.passivation,
             E::TYPE_NAME
-        );
+        )));
     }
     let probe = crate::internal_keys::remembered_shards_key(E::TYPE_NAME);
     if !replicator.is_durable(&probe) {
@@ -614,4 +623,5 @@ fn warn_remember_settings<E: Entity>(settings: &ShardingSettings, replicator: &R
             E::TYPE_NAME
         );
     }
+    Ok(())
 }

@@ -394,3 +394,32 @@ fn messages_during_a_remembered_stop_or_a_restart_backoff_start_the_entity_at_on
         shutdown_all([node]).await;
     });
 }
+
+#[test]
+fn an_automatic_passivation_asked_for_with_remembered_entities_is_refused() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let node = bare_node(None, |_| {});
+        let settings = ShardingSettings {
+            passivation: troupe_sharding::PassivationSettings::least_recently_used(100),
+            ..remembering()
+        };
+        let err = node
+            .sharding
+            .start_entity(counter_config(&node, &probe), settings)
+            .unwrap_err();
+        match &err {
+            troupe_sharding::ShardingError::Settings(why) => {
+                assert!(why.contains("sharding.passivation"), "{why}");
+                assert!(why.contains("remember-entities"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The default (idle) is turned off quietly, and nothing was left
+        // half-started by the refusal.
+        node.start_counter(&probe, remembering());
+        assert_eq!(node.counter("x").ask(Add(3)).await.unwrap(), 3);
+        shutdown_all([node]).await;
+    });
+}
