@@ -32,6 +32,8 @@ pub trait EntityContext {
     ///
     /// struct Session;
     ///
+    /// impl Actor for Session {}
+    ///
     /// #[entity(name = "session")]
     /// impl Session {
     ///     async fn done(&mut self, _msg: Done, ctx: &mut Context<Self>) {
