@@ -4,39 +4,51 @@
 //! ```sh
 //! cargo bench --manifest-path benches/Cargo.toml --bench passivation
 //! cargo bench --manifest-path benches/Cargo.toml --bench passivation -- quick   # a tenth
+//! cargo bench --manifest-path benches/Cargo.toml --bench passivation -- zipf    # one part:
+//!                                                       # stream, zipf or remember
 //! ```
 //!
 //! Every part runs in a fresh child process (this program run again with
 //! `child PART ARGS...`), so that each resident-set figure starts from an
-//! empty heap; the parent prints the tables at the end.
+//! empty heap; the parent prints the tables at the end. See BENCHMARKS.md,
+//! "Passivation and remembered entities".
 //!
-//! 1. Bounded memory: one node, 1,000 shards (every shard's home known
-//!    before timing), a stream of distinct entities each sent one small
-//!    message, under an active-entity limit of 100,000 (least recently
-//!    used, and the default composite strategy), and without passivation
-//!    for a tenth of the count. Resident memory and live entities every
-//!    500,000 entities (after the entities sent so far have received their
-//!    message), and the rate of the whole stream in new entities per
-//!    second: the clock stops when every entity has received its message.
-//!    The sender keeps at most `WINDOW` messages unreceived, so that memory
-//!    measures entities, not a queue.
-//! 2. Miss rate on a Zipf trace: 1,000,000 ids, exponent 0.95, drawn with
-//!    a seeded xorshift generator (the same trace for every policy), sent
-//!    as tells from one sender to one node with an active-entity limit of
-//!    10,000; activations (entity starts) per access, for each replacement
-//!    policy, at 100 and 1,000 shards (the limit is divided over a region's
-//!    shards). Beside them, the same trace replayed offline through an
-//!    exact least-recently-used cache per shard with the same share (what
-//!    the least-recently-used figure should be if every access reaches the
-//!    policy), through one global cache of 10,000, and the compulsory
-//!    misses (distinct ids).
+//! 1. Bounded memory: one node, 1,000 shards (every shard allocated before
+//!    timing), a stream of distinct entities each sent one small message:
+//!    5,000,000 under an active-entity limit of 100,000 with the least
+//!    recently used policy, 2,000,000 with the default composite strategy
+//!    (W-TinyLFU), 500,000 without passivation. Every 500,000 entities,
+//!    once the entities sent so far have their message: the resident set,
+//!    the bytes malloc'd and the live entities (`started` minus `stopped`).
+//!    The rate is that of the whole stream in new entities per second: the
+//!    clock stops when every entity has received its message. The sender
+//!    keeps at most `WINDOW` messages unreceived, so that memory measures
+//!    entities, not a queue.
+//! 2. Miss rate on a Zipf trace: 1,000,000 ids, exponent 0.95, 1,000,000
+//!    accesses drawn with a seeded xorshift generator (the same trace for
+//!    every run), sent as tells from one sender to one node with an
+//!    active-entity limit of 10,000; activations (entity starts) per
+//!    access for least recently used, segmented least recently used, least
+//!    frequently used and the composite strategy at 100 shards (the limit
+//!    is divided over a region's shards), least recently used and composite
+//!    also with the sender at most 16 messages ahead (messages to running
+//!    entities then go straight to them, and the policy learns of them
+//!    through the shard's lossy record of accesses), and at 1,000 shards.
+//!    Beside them, the same trace replayed offline through an exact least
+//!    recently used cache per shard with the same share (what the least
+//!    recently used figure must be if every access reaches the policy),
+//!    through one global cache of 10,000, and the compulsory misses.
 //! 3. Remembered entities: three nodes in one process, each with its
 //!    replicator's `shard-*` keys in a durable store in a temporary
 //!    directory; after every shard is allocated (one remembered entity
-//!    each), one message to each of N new ids from one node: entities
-//!    started per second until all N run. Then all three nodes stop and
-//!    three new ones start on the same stores: time from the first new
+//!    each), one message to each of 100,000 new ids from one node:
+//!    entities started per second until all run. Then all three nodes stop
+//!    and three new ones start on the same stores: time from the first new
 //!    system until every remembered entity runs again, with no message.
+//!
+//! For diagnosis: `child remember N memory` runs the start of part 3 with
+//! the replicators' data in memory only, and `PASSIVATION_BENCH_REBALANCE_MS`
+//! sets the coordinator's `rebalance-interval` (default 10 s) in part 3.
 
 #![allow(clippy::print_stdout)]
 
@@ -102,11 +114,67 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
-/// Waits until `counter` reaches `want` (sleeping, so that the waiting
-/// thread leaves the two cores to the executor); false after `limit`.
+/// glibc's `struct mallinfo2`.
+#[repr(C)]
+struct MallInfo2 {
+    arena: usize,
+    ordblks: usize,
+    smblks: usize,
+    hblks: usize,
+    hblkhd: usize,
+    usmblks: usize,
+    fsmblks: usize,
+    uordblks: usize,
+    fordblks: usize,
+    keepcost: usize,
+}
+
+extern "C" {
+    fn mallinfo2() -> MallInfo2;
+}
+
+/// Bytes the program holds in malloc'd blocks (all arenas, and blocks
+/// mapped on their own): what the resident set would be without the
+/// allocator's free memory. Tells a leak (this grows) from fragmentation
+/// (only the resident set grows).
+fn heap_in_use_bytes() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's statistics (glibc 2.33
+    // and later; this machine has 2.36).
+    let m = unsafe { mallinfo2() };
+    (m.uordblks + m.hblkhd) as u64
+}
+
+/// CPU time this process has used (user + system), from
+/// `/proc/self/stat` (in clock ticks of 10 ms).
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which ends with the last ')').
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The peak resident set of this process (`VmHWM`), in bytes.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Waits until `counter` reaches `want`; false after `limit`. A short
+/// wait spins; a longer one sleeps, ever longer (up to 2 ms), so that the
+/// waiting thread leaves the two cores to the executor instead of waking
+/// up thousands of times a second.
 async fn wait_for(counter: &AtomicU64, want: u64, limit: Duration) -> bool {
     let start = Instant::now();
     let mut spins = 0u32;
+    let mut nap = Duration::from_micros(50);
     while counter.load(Ordering::Relaxed) < want {
         if start.elapsed() > limit {
             return false;
@@ -115,7 +183,8 @@ async fn wait_for(counter: &AtomicU64, want: u64, limit: Duration) -> bool {
             spins += 1;
             rt::yield_now().await;
         } else {
-            rt::sleep(Duration::from_micros(200)).await;
+            rt::sleep(nap).await;
+            nap = (nap * 2).min(Duration::from_millis(2));
         }
     }
     true
@@ -264,12 +333,20 @@ async fn stream(policy: &str, n: u64, limit: usize) {
         ..ShardingSettings::default()
     });
     all_up(&[&node], 1).await;
+    let t_alloc = Instant::now();
     allocate_all_shards(&node, SHARDS).await;
+    let alloc = t_alloc.elapsed().as_secs_f64();
     let base = RECEIVED.load(Ordering::Relaxed);
     let rss0 = rss_bytes();
-    println!("ROW stream {policy} 0 0.00 {} {}", rss0 / 1_000_000, live());
+    println!(
+        "ROW stream {policy} 0 0.00 {} {} {}",
+        rss0 / 1_000_000,
+        live(),
+        heap_in_use_bytes() / 1_000_000
+    );
     let mut refused = 0u64;
     let t0 = Instant::now();
+    let cpu0 = cpu_secs();
     let mut max_live = 0;
     for i in 0..n {
         let r: EntityRef<Item> = node.sharding.entity_ref(format!("s{i}")).unwrap();
@@ -286,23 +363,28 @@ async fn stream(policy: &str, n: u64, limit: usize) {
             let now = t0.elapsed().as_secs_f64();
             max_live = max_live.max(live());
             println!(
-                "ROW stream {policy} {sent} {now:.2} {} {}",
+                "ROW stream {policy} {sent} {now:.2} {} {} {}",
                 rss_bytes() / 1_000_000,
-                live()
+                live(),
+                heap_in_use_bytes() / 1_000_000
             );
         }
     }
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_secs() - cpu0;
     // Passivations still under way settle.
     rt::sleep(Duration::from_millis(500)).await;
     println!(
         "RESULT stream {policy} n={n} limit={limit} secs={secs:.3} rate={:.0} rss_start_mb={} \
-         rss_end_mb={} live_end={} max_live={max_live} refused={refused} starts={}",
+         rss_end_mb={} rss_peak_mb={} live_end={} max_live={max_live} refused={refused} starts={} \
+         cpu_us_per_entity={:.2} allocate_shards_secs={alloc:.2}",
         n as f64 / secs,
         rss0 / 1_000_000,
         rss_bytes() / 1_000_000,
+        peak_rss_bytes() / 1_000_000,
         live(),
-        STARTED.load(Ordering::Relaxed)
+        STARTED.load(Ordering::Relaxed),
+        cpu * 1e6 / n as f64
     );
     node.system.shutdown().await;
 }
@@ -391,7 +473,7 @@ const ZIPF_EXPONENT: f64 = 0.95;
 const ZIPF_LIMIT: usize = 10_000;
 const ZIPF_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
-async fn zipf(policy: &str, shards: u32, accesses: usize) {
+async fn zipf(policy: &str, shards: u32, accesses: usize, window: u64) {
     let trace = zipf_trace(ZIPF_IDS, ZIPF_EXPONENT, accesses, ZIPF_SEED);
     let node = one_node(ShardingSettings {
         number_of_shards: shards,
@@ -411,20 +493,30 @@ async fn zipf(policy: &str, shards: u32, accesses: usize) {
             refused += 1;
         }
         let sent = i as u64 + 1;
-        if sent % 1000 == 0 && sent > WINDOW {
-            wait_for(&RECEIVED, base_received + sent - WINDOW, Duration::from_secs(600)).await;
+        if sent.is_multiple_of(window.clamp(1, 1000)) && sent > window {
+            wait_for(
+                &RECEIVED,
+                base_received + sent - window,
+                Duration::from_secs(600),
+            )
+            .await;
         }
     }
     let n = accesses as u64;
     assert!(
-        wait_for(&RECEIVED, base_received + n - refused, Duration::from_secs(600)).await,
+        wait_for(
+            &RECEIVED,
+            base_received + n - refused,
+            Duration::from_secs(600)
+        )
+        .await,
         "the trace was not received"
     );
     let secs = t0.elapsed().as_secs_f64();
     let activations = STARTED.load(Ordering::Relaxed) - base_started;
     let stats = node.sharding.routing_stats::<Item>().unwrap();
     println!(
-        "RESULT zipf {policy} shards={shards} accesses={n} activations={activations} \
+        "RESULT zipf {policy} shards={shards} window={window} accesses={n} activations={activations} \
          miss={:.4} secs={secs:.2} rate={:.0} via_region={} refused={refused} live={}",
         activations as f64 / n as f64,
         n as f64 / secs,
@@ -440,15 +532,17 @@ fn zipf_offline(accesses: usize) {
     let distinct = trace.iter().collect::<HashSet<_>>().len() as f64;
     let n = accesses as f64;
     println!("RESULT zipf-offline compulsory={:.4}", distinct / n);
+    let global = simulate_lru(&trace, 1, ZIPF_LIMIT);
     println!(
-        "RESULT zipf-offline global_lru={:.4}",
-        simulate_lru(&trace, 1, ZIPF_LIMIT) as f64 / n
+        "RESULT zipf-offline global_lru={:.4} global_lru_misses={global}",
+        global as f64 / n
     );
     for shards in [100u32, 1000] {
         let cap = ZIPF_LIMIT / shards as usize;
+        let misses = simulate_lru(&trace, shards, cap);
         println!(
-            "RESULT zipf-offline lru_{shards}={:.4}",
-            simulate_lru(&trace, shards, cap) as f64 / n
+            "RESULT zipf-offline lru_{shards}={:.4} lru_{shards}_misses={misses}",
+            misses as f64 / n
         );
     }
 }
@@ -461,12 +555,20 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let dir = std::env::temp_dir().join(format!(
-        "troupe-bench-{}-{tag}-{nanos}",
-        std::process::id()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("troupe-bench-{}-{tag}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Marks the start of a phase on stderr, with the wall clock (to line it
+/// up with `strace -ttt` or `perf` timestamps).
+fn phase(name: &str) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    eprintln!("PHASE {name} {now:.6}");
 }
 
 fn remembering() -> ShardingSettings {
@@ -477,12 +579,19 @@ fn remembering() -> ShardingSettings {
         min_nr_of_members: 3,
         passivation: PassivationSettings::none(),
         retry_interval: Duration::from_millis(500),
+        // For diagnosis only: a shorter coordinator tick (see BENCHMARKS.md).
+        rebalance_interval: std::env::var("PASSIVATION_BENCH_REBALANCE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_secs(10), Duration::from_millis),
         ..ShardingSettings::default()
     }
 }
 
-async fn start_cluster(stores: &[std::path::PathBuf]) -> Vec<Node> {
-    let first = node(None, Some(&stores[0]));
+/// Three nodes on `stores` (or, `durable` false, with the replicator's
+/// data in memory only: for diagnosis).
+async fn start_cluster(stores: &[std::path::PathBuf], durable: bool) -> Vec<Node> {
+    let first = node(None, durable.then_some(stores[0].as_path()));
     first
         .sharding
         .start::<Item>(|_id: EntityId| Item, remembering())
@@ -490,7 +599,7 @@ async fn start_cluster(stores: &[std::path::PathBuf]) -> Vec<Node> {
     let seed = first.cluster.self_address().clone();
     let mut nodes = vec![first];
     for store in &stores[1..] {
-        let n = node(Some(&seed), Some(store));
+        let n = node(Some(&seed), durable.then_some(store.as_path()));
         n.sharding
             .start::<Item>(|_id: EntityId| Item, remembering())
             .expect("start");
@@ -509,19 +618,22 @@ async fn shutdown_all(nodes: Vec<Node>) {
     }
 }
 
-async fn remember(n: u64) {
+async fn remember(n: u64, durable: bool) {
     let dirs: Vec<_> = (0..3).map(|i| temp_dir(&format!("remember-{i}"))).collect();
     let stores: Vec<_> = dirs.iter().map(|d| d.join("ddata.redb")).collect();
     let t_cluster = Instant::now();
-    let nodes = start_cluster(&stores).await;
+    let nodes = start_cluster(&stores, durable).await;
     let refs: Vec<&Node> = nodes.iter().collect();
     all_up(&refs, 3).await;
     let up = t_cluster.elapsed().as_secs_f64();
+    phase("warm");
     let t_warm = Instant::now();
     allocate_all_shards(&nodes[0], SHARDS).await;
     let warm = t_warm.elapsed().as_secs_f64();
     let base = STARTED.load(Ordering::Relaxed);
+    phase("start");
     let t0 = Instant::now();
+    let cpu0 = cpu_secs();
     for i in 0..n {
         let r: EntityRef<Item> = nodes[0].sharding.entity_ref(format!("r{i}")).unwrap();
         r.tell(Touch).unwrap();
@@ -529,15 +641,27 @@ async fn remember(n: u64) {
     let sent = t0.elapsed().as_secs_f64();
     let all = wait_for(&STARTED, base + n, Duration::from_secs(120)).await;
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_secs() - cpu0;
     let started = STARTED.load(Ordering::Relaxed) - base;
     println!(
         "RESULT remember-start n={n} started={started} all={all} secs={secs:.3} rate={:.0} \
-         send_secs={sent:.3} cluster_up_secs={up:.2} allocate_shards_secs={warm:.2}",
-        started as f64 / secs
+         send_secs={sent:.3} cluster_up_secs={up:.2} allocate_shards_secs={warm:.2} \
+         cpu_busy={:.0}%",
+        started as f64 / secs,
+        cpu * 100.0 / secs / std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
     );
+    if !durable {
+        shutdown_all(nodes).await;
+        for d in dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        return;
+    }
     // Gossip spreads the writes to the third replica of each key.
+    phase("gossip");
     rt::sleep(Duration::from_secs(2)).await;
     let remembered = STARTED.load(Ordering::Relaxed) - base + u64::from(SHARDS);
+    phase("stop");
     let t_stop = Instant::now();
     shutdown_all(nodes).await;
     let stop = t_stop.elapsed().as_secs_f64();
@@ -547,13 +671,26 @@ async fn remember(n: u64) {
         .sum();
 
     let base = STARTED.load(Ordering::Relaxed);
+    phase("recovery");
     let t1 = Instant::now();
-    let nodes = start_cluster(&stores).await;
+    let nodes = start_cluster(&stores, durable).await;
     let refs: Vec<&Node> = nodes.iter().collect();
     all_up(&refs, 3).await;
     let up = t1.elapsed().as_secs_f64();
-    let all = wait_for(&STARTED, base + remembered, Duration::from_secs(120)).await;
+    // Progress: when each tenth of the remembered entities ran.
+    let mut marks = Vec::new();
+    let mut all = true;
+    for tenth in 1..=10u64 {
+        let want = base + remembered * tenth / 10;
+        all = wait_for(&STARTED, want, Duration::from_secs(120)).await;
+        if !all {
+            break;
+        }
+        marks.push(format!("{:.2}", t1.elapsed().as_secs_f64()));
+    }
     let secs = t1.elapsed().as_secs_f64();
+    phase("done");
+    println!("ROW recovery-tenths {}", marks.join(" "));
     println!(
         "RESULT remember-recovery remembered={remembered} started={} all={all} secs={secs:.3} \
          cluster_up_secs={up:.2} stop_secs={stop:.2} store_bytes={stored}",
@@ -569,13 +706,23 @@ async fn remember(n: u64) {
 // The parent: runs the parts in child processes, prints the tables.
 
 fn child(args: &[String]) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let num = |i: usize| -> u64 { args[i].parse().expect("a number") };
     rt::block_on(async {
         match args[0].as_str() {
             "stream" => stream(&args[1], num(2), num(3) as usize).await,
-            "zipf" => zipf(&args[1], num(2) as u32, num(3) as usize).await,
+            "zipf" => {
+                let window = if args.len() > 4 { num(4) } else { WINDOW };
+                zipf(&args[1], num(2) as u32, num(3) as usize, window).await
+            }
             "zipf-offline" => zipf_offline(num(1) as usize),
-            "remember" => remember(num(1)).await,
+            // `remember N memory`: without durable stores (diagnosis).
+            "remember" => remember(num(1), args.get(2).map(String::as_str) != Some("memory")).await,
             other => panic!("unknown part {other}"),
         }
     });
@@ -610,7 +757,7 @@ fn fields(line: &str) -> HashMap<String, String> {
         .collect()
 }
 
-fn result<'a>(lines: &'a [String], prefix: &str) -> HashMap<String, String> {
+fn result(lines: &[String], prefix: &str) -> HashMap<String, String> {
     lines
         .iter()
         .find(|l| l.starts_with(prefix))
@@ -650,18 +797,29 @@ fn main() {
     let part = |p: &str| only.is_empty() || only.contains(&p);
     let scale = if quick { 10 } else { 1 };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let t_all = Instant::now();
 
-    // Part 1.
+    // Part 1. The composite stream is shorter, to keep the whole run
+    // under three minutes on two cores; its resident set has flattened by
+    // then.
     let mut streams = Vec::new();
     if part("stream") {
-        let big = (5_000_000 / scale).to_string();
-        let small = (500_000 / scale).to_string();
-        for (policy, n) in [("lru", &big), ("composite", &big), ("none", &small)] {
-            streams.push((policy, run(&s(&["stream", policy, n, "100000"]))));
+        for (policy, n) in [
+            ("lru", 5_000_000),
+            ("composite", 2_000_000),
+            ("none", 500_000),
+        ] {
+            let n = (n / scale).to_string();
+            streams.push((policy, run(&s(&["stream", policy, &n, "100000"]))));
         }
     }
-    // Part 2.
+    // Part 2: through the shard (the sender runs up to `WINDOW` ahead, so
+    // every message goes through the region and the shard, which tells
+    // the policy), and direct (at most 16 messages unreceived, so that a
+    // message to a running entity goes straight to it and reaches the
+    // policy through the shard's lossy record of accesses).
     let accesses = (1_000_000 / scale).to_string();
+    let window = WINDOW.to_string();
     let mut zipfs = Vec::new();
     let mut offline = HashMap::new();
     if part("zipf") {
@@ -670,11 +828,19 @@ fn main() {
                 offline.insert(k, v);
             }
         }
-        for shards in ["100", "1000"] {
-            for policy in ["lru", "slru", "lfu", "composite"] {
-                let out = run(&s(&["zipf", policy, shards, &accesses]));
-                zipfs.push((policy, shards, result(&out, "RESULT zipf")));
-            }
+        let runs: [(&str, &str, &str); 8] = [
+            ("lru", "100", &window),
+            ("slru", "100", &window),
+            ("lfu", "100", &window),
+            ("composite", "100", &window),
+            ("lru", "100", "16"),
+            ("composite", "100", "16"),
+            ("lru", "1000", &window),
+            ("composite", "1000", &window),
+        ];
+        for (policy, shards, w) in runs {
+            let out = run(&s(&["zipf", policy, shards, &accesses, w]));
+            zipfs.push((policy, shards, result(&out, "RESULT zipf")));
         }
     }
     // Part 3.
@@ -685,72 +851,111 @@ fn main() {
     }
 
     // Tables.
+    println!(
+        "\npassivation bench: {} s in all, {} cores",
+        t_all.elapsed().as_secs(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     if !streams.is_empty() {
-        println!("\n1. A stream of new entities, one message each; one node, 1000 shards, limit 100,000 (none: no limit)\n");
-        println!("| strategy | entities | RSS MB | live entities | elapsed s |");
-        println!("|---|---:|---:|---:|---:|");
+        println!(
+            "\n1. A stream of new entities, one message each; one node, {SHARDS} shards, \
+             active-entity limit 100,000 (none: no limit); at most {} messages unreceived\n",
+            num_fmt(&WINDOW.to_string())
+        );
+        println!("| strategy | entities | RSS MB | malloc'd MB | live entities | elapsed s |");
+        println!("|---|---:|---:|---:|---:|---:|");
         for (policy, lines) in &streams {
             for l in lines.iter().filter(|l| l.starts_with("ROW stream")) {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 println!(
-                    "| {policy} | {} | {} | {} | {} |",
+                    "| {policy} | {} | {} | {} | {} | {} |",
                     num_fmt(f[3]),
                     num_fmt(f[5]),
+                    num_fmt(f[7]),
                     num_fmt(f[6]),
                     f[4]
                 );
             }
         }
-        println!("\n| strategy | entities | time s | new entities/s | RSS start → end MB | max live | refused |");
-        println!("|---|---:|---:|---:|---:|---:|---:|");
+        println!(
+            "\n| strategy | entities | time s | new entities/s | CPU µs per entity | RSS start → end (peak) MB | max live | target |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---|");
         for (policy, lines) in &streams {
             let r = result(lines, "RESULT stream");
             println!(
-                "| {policy} | {} | {} | {} | {} → {} | {} | {} |",
+                "| {policy} | {} | {} | {} | {} | {} → {} ({}) | {} | {} |",
                 num_fmt(&r["n"]),
                 r["secs"],
                 num_fmt(&r["rate"]),
+                r["cpu_us_per_entity"],
                 r["rss_start_mb"],
                 r["rss_end_mb"],
+                r["rss_peak_mb"],
                 num_fmt(&r["max_live"]),
-                r["refused"]
+                if *policy == "none" {
+                    "(comparison)"
+                } else {
+                    "RSS flat; >= 300,000/s"
+                }
             );
         }
     }
     if !zipfs.is_empty() {
         println!(
-            "\n2. Zipf trace: {} ids, exponent {ZIPF_EXPONENT}, {} accesses; limit {ZIPF_LIMIT}\n",
+            "\n2. Zipf trace: {} ids, exponent {ZIPF_EXPONENT}, {} accesses (seed {ZIPF_SEED:#x}); \
+             one node, active-entity limit {}\n",
             num_fmt(&ZIPF_IDS.to_string()),
-            num_fmt(&accesses)
+            num_fmt(&accesses),
+            num_fmt(&ZIPF_LIMIT.to_string())
         );
-        println!("| policy | shards | per-shard limit | activations | miss rate | offline exact LRU per shard | accesses/s |");
-        println!("|---|---:|---:|---:|---:|---:|---:|");
+        println!(
+            "| policy | shards | per-shard limit | path | activations | miss rate | exact LRU offline | via region | accesses/s |"
+        );
+        println!("|---|---:|---:|---|---:|---:|---:|---:|---:|");
         for (policy, shards, r) in &zipfs {
             let per = ZIPF_LIMIT / shards.parse::<usize>().unwrap();
+            let path = if r["window"] == "16" {
+                "direct"
+            } else {
+                "shard"
+            };
             println!(
-                "| {policy} | {shards} | {per} | {} | {} | {} | {} |",
+                "| {policy} | {shards} | {per} | {path} | {} | {} | {} | {} | {} |",
                 num_fmt(&r["activations"]),
                 r["miss"],
                 offline
                     .get(&format!("lru_{shards}"))
                     .map_or("-", String::as_str),
+                num_fmt(&r["via_region"]),
                 num_fmt(&r["rate"])
             );
         }
         println!(
-            "\noffline: compulsory misses (distinct ids / accesses) {}, one global LRU of {ZIPF_LIMIT} {}",
+            "\noffline: compulsory misses (distinct ids / accesses) {}; one global LRU of {} {}; \
+             exact LRU per shard: 100 shards {} misses, 1000 shards {}",
             offline.get("compulsory").map_or("-", String::as_str),
-            offline.get("global_lru").map_or("-", String::as_str)
+            num_fmt(&ZIPF_LIMIT.to_string()),
+            offline.get("global_lru").map_or("-", String::as_str),
+            num_fmt(offline.get("lru_100_misses").map_or("-", String::as_str)),
+            num_fmt(offline.get("lru_1000_misses").map_or("-", String::as_str)),
         );
     }
     if let Some(lines) = remembered {
         let st = result(&lines, "RESULT remember-start");
         let rc = result(&lines, "RESULT remember-recovery");
-        println!("\n3. Remembered entities: three nodes in one process, durable stores, 1000 shards\n");
+        let tenths = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("ROW recovery-tenths "))
+            .unwrap_or("-");
+        println!(
+            "\n3. Remembered entities: three nodes in one process, durable stores, {SHARDS} shards\n"
+        );
         println!("| | entities | time s | rate | target |");
         println!("|---|---:|---:|---:|---|");
         println!(
-            "| start new remembered entities | {} | {} | {} /s | >= 20,000/s |",
+            "| start new remembered entities (CPU {} busy) | {} | {} | {} /s | >= 20,000/s |",
+            st["cpu_busy"],
             num_fmt(&st["started"]),
             st["secs"],
             num_fmt(&st["rate"])
@@ -761,10 +966,12 @@ fn main() {
             rc["secs"]
         );
         println!(
-            "\ncluster up {} s before start; shards allocated in {} s; cluster up again {} s after restart; stop took {} s; stores {} bytes",
+            "\nrecovery: each tenth running at {tenths} s; cluster Up again after {} s.\n\
+             Before: cluster Up in {} s, every shard allocated (one remembered entity each) in {} s; \
+             stopping the three nodes took {} s; stores {} bytes in all",
+            rc["cluster_up_secs"],
             st["cluster_up_secs"],
             st["allocate_shards_secs"],
-            rc["cluster_up_secs"],
             rc["stop_secs"],
             num_fmt(&rc["store_bytes"])
         );

@@ -678,6 +678,9 @@ impl<E: Entity> ShardCoordinator<E> {
         if let ClusterEvent::MemberRemoved(m, _) = msg.0 {
             self.region_gone(&m.node).await;
         }
+        // A member Up may complete `min-nr-of-members` for regions that
+        // registered before: remembered shards need not wait for a tick.
+        self.allocate_remembered().await;
     }
 
     async fn on_tick(&mut self, _msg: RebalanceTick, ctx: &mut Context<Self>) {

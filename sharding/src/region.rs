@@ -341,7 +341,16 @@ pub struct Region<E: Entity> {
     /// The passivation limit of active entities in this region's shards
     /// (changeable at run time).
     active_entity_limit: Option<usize>,
+    /// The shares of the limit are about to be sent again.
+    share_pending: bool,
 }
+
+/// Time to send the hosted shards their shares of the limit.
+#[derive(Message, Clone)]
+struct ShareLimit;
+
+/// How long shard changes gather before the shares are sent again.
+const SHARE_LIMIT_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Changes the active-entity limit of a region (Pekko's
 /// `SetActiveEntityLimit`).
@@ -398,6 +407,7 @@ impl<E: Entity> Region<E> {
             remote_homes: HashMap::new(),
             removed: HashSet::new(),
             active_entity_limit: shard::active_entity_limit(&shared_settings),
+            share_pending: false,
             shutting_down: None,
         }
     }
@@ -434,7 +444,7 @@ impl<E: Entity> Region<E> {
 
     /// Gives each hosted shard its share of the active-entity limit again
     /// (the limit is per region, divided over its shards, as in Pekko).
-    fn shards_updated(&self) {
+    fn share_limit(&self) {
         let Some(limit) = self.active_entity_limit else {
             return;
         };
@@ -442,6 +452,17 @@ impl<E: Entity> Region<E> {
         for (actor, _) in self.shards.values() {
             let _ = actor.tell(ShardsUpdated { per_shard });
         }
+    }
+
+    /// The hosted shards changed: their shares of the limit are sent
+    /// again shortly, once for a burst of changes (a region that starts a
+    /// thousand shards tells each shard a few times, not a thousand).
+    fn shards_updated(&mut self, ctx: &mut Context<Self>) {
+        if self.active_entity_limit.is_none() || self.share_pending {
+            return;
+        }
+        self.share_pending = true;
+        ctx.start_single_timer("share-limit", ShareLimit, SHARE_LIMIT_AFTER);
     }
 
     /// Routes one message that came through the actor.
@@ -528,7 +549,12 @@ impl<E: Entity> Region<E> {
         let local = Arc::new(ActiveEntities::new(shard::records_touches(
             &self.shared.settings,
         )));
+        // Its share until the next update, counting itself.
+        let initial_limit = self
+            .active_entity_limit
+            .map(|l| (l / (self.shards.len() + 1)).max(1));
         let props = Props::new(Shard::new(ShardStart {
+            initial_limit,
             shard: shard.clone(),
             local: local.clone(),
             region: ctx.myself().clone(),
@@ -550,7 +576,7 @@ impl<E: Entity> Region<E> {
             Ok(actor) => {
                 local.set_shard(actor.clone());
                 self.shards.insert(shard.clone(), (actor.clone(), local));
-                self.shards_updated();
+                self.shards_updated(ctx);
                 Some(actor)
             }
             Err(e) => {
@@ -744,7 +770,7 @@ impl<E: Entity> Region<E> {
         let _ = self.coordinator.tell(msg);
     }
 
-    async fn on_hand_off(&mut self, msg: HandOff) {
+    async fn on_hand_off(&mut self, msg: HandOff, ctx: &mut Context<Self>) {
         let shard = msg.shard;
         self.handing_off.insert(shard.clone());
         self.shared.route(&shard).set_home(Home::Unknown);
@@ -752,7 +778,7 @@ impl<E: Entity> Region<E> {
             Some((actor, _)) => {
                 if actor.tell(ShardHandOff).is_err() {
                     self.shards.remove(&shard);
-                    self.shards_updated();
+                    self.shards_updated(ctx);
                     let _ = self.coordinator.tell(ShardStopped {
                         shard,
                         region: self.me.clone(),
@@ -771,7 +797,7 @@ impl<E: Entity> Region<E> {
     async fn on_shard_terminated(&mut self, msg: ShardTerminated<E>, ctx: &mut Context<Self>) {
         let ShardTerminated { shard, leftovers } = msg;
         self.shards.remove(&shard);
-        self.shards_updated();
+        self.shards_updated(ctx);
         // What the shard still held was sent before anything buffered
         // here since the hand-off began: it goes first.
         let route = self.shared.route(&shard);
@@ -802,7 +828,12 @@ impl<E: Entity> Region<E> {
             msg.0
         );
         self.active_entity_limit = Some(msg.0);
-        self.shards_updated();
+        self.share_limit();
+    }
+
+    async fn on_share_limit(&mut self, _msg: ShareLimit) {
+        self.share_pending = false;
+        self.share_limit();
     }
 
     async fn on_rebuffer(&mut self, msg: Rebuffer<E>) {

@@ -34,6 +34,8 @@ use troupe_core::{ActorPath, AskError, Props};
 
 /// What a shard starts with.
 pub(crate) struct ShardStart<E: Entity> {
+    /// Its share of the region's active-entity limit, if it has one.
+    pub(crate) initial_limit: Option<usize>,
     pub(crate) shard: ShardId,
     pub(crate) local: Arc<ActiveEntities<E>>,
     pub(crate) region: ActorRef<Region<E>>,
@@ -182,10 +184,9 @@ impl<E: Entity> Actor for Shard<E> {
 impl<E: Entity> Shard<E> {
     pub(crate) fn new(mut start: ShardStart<E>) -> Self {
         let passivation = start.settings.effective_passivation();
-        // The region sends this shard's share of the limit when it has
-        // counted its shards; until then, the whole limit.
-        let limit = passivation
-            .active_entity_limit()
+        // Its share; the region sends it again as shards come and go.
+        let limit = start
+            .initial_limit
             .and_then(|l| passivation::new_entity_limit(&passivation, l));
         let remember = start.remember.take().map(|store| Remember {
             store,
