@@ -7,53 +7,10 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use support::counters::{add, await_members, check_values, get_json, start, Member};
+use support::counters::{
+    add, await_members, check_values, get_json, start, Member, TempDir, FAST_CLUSTER, TEST_SHARDING,
+};
 use support::{eventually, free_port};
-
-/// Fast failure detection and downing, in one settings file.
-const CLUSTER: &str = r#"
-gossip-interval = "300ms"
-leader-actions-interval = "200ms"
-unreachable-nodes-reaper-interval = "200ms"
-heartbeat-interval = "300ms"
-seed-node-timeout = "2s"
-
-[failure-detector]
-acceptable-heartbeat-pause = "2s"
-
-[downing]
-stable-after = "2s"
-"#;
-
-const SHARDING: &str = r#"
-[sharding]
-number-of-shards = 30
-retry-interval = "300ms"
-rebalance-interval = "1s"
-handoff-timeout = "5s"
-shard-start-timeout = "2s"
-waiting-for-state-timeout = "1s"
-updating-state-timeout = "3s"
-"#;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("troupe-passivation-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The counters running on `m` (its region state).
 fn running_on(m: &Member) -> Result<BTreeSet<String>, String> {
@@ -69,9 +26,9 @@ fn running_on(m: &Member) -> Result<BTreeSet<String>, String> {
 
 #[test]
 fn remembered_counters_start_on_the_survivors_after_a_crash_without_a_request() {
-    let dir = TempDir::new("remember");
+    let dir = TempDir::new("passivation-remember");
     let config = dir.0.join("troupe.toml");
-    let settings = format!("{CLUSTER}{SHARDING}remember-entities = true\n");
+    let settings = format!("{FAST_CLUSTER}{TEST_SHARDING}remember-entities = true\n");
     std::fs::write(&config, settings).unwrap();
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let seeds = format!("troupe://troupe@127.0.0.1:{}", ports[0]);
@@ -128,10 +85,10 @@ fn remembered_counters_start_on_the_survivors_after_a_crash_without_a_request() 
 
 #[test]
 fn an_idle_counter_is_passivated_and_keeps_its_value() {
-    let dir = TempDir::new("idle");
+    let dir = TempDir::new("passivation-idle");
     let config = dir.0.join("troupe.toml");
     let settings = format!(
-        "{CLUSTER}{SHARDING}\n[sharding.passivation]\nstrategy = \"default-idle-strategy\"\n\
+        "{FAST_CLUSTER}{TEST_SHARDING}\n[sharding.passivation]\nstrategy = \"default-idle-strategy\"\n\
          idle-timeout = \"1s\"\n"
     );
     std::fs::write(&config, settings).unwrap();

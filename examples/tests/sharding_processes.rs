@@ -7,51 +7,18 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use support::counters::{add, await_members, check_values, get_json, start, Member};
+use support::counters::{
+    add, await_members, check_values, get_json, start, Member, TempDir, FAST_CLUSTER, TEST_SHARDING,
+};
 use support::{eventually, free_port, get, http};
-
-/// Fast failure detection and downing, and sharding settings for a test,
-/// in one settings file (`--config`).
-const CONFIG: &str = r#"
-gossip-interval = "300ms"
-leader-actions-interval = "200ms"
-unreachable-nodes-reaper-interval = "200ms"
-heartbeat-interval = "300ms"
-seed-node-timeout = "2s"
-
-[failure-detector]
-acceptable-heartbeat-pause = "2s"
-
-[downing]
-stable-after = "2s"
-
-[sharding]
-number-of-shards = 30
-retry-interval = "300ms"
-rebalance-interval = "1s"
-handoff-timeout = "5s"
-shard-start-timeout = "2s"
-waiting-for-state-timeout = "1s"
-updating-state-timeout = "3s"
-"#;
 
 const COUNTERS: usize = 20;
 
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn counters_survive_a_crash_a_leave_and_a_full_restart() {
-    let dir = TempDir(std::env::temp_dir().join(format!("troupe-sharding-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = TempDir::new("sharding");
     let config = dir.0.join("troupe.toml");
-    std::fs::write(&config, CONFIG).unwrap();
+    std::fs::write(&config, format!("{FAST_CLUSTER}{TEST_SHARDING}")).unwrap();
     let data: Vec<PathBuf> = (0..3).map(|i| dir.0.join(format!("n{i}"))).collect();
 
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();

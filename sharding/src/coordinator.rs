@@ -271,6 +271,21 @@ impl<E: Entity> ShardCoordinator<E> {
         if !self.allocation_ready() {
             return None;
         }
+        let home = self.choose_home(shard, requester)?;
+        self.state.allocate(shard, &home);
+        self.save().await;
+        self.remember_shard(shard).await;
+        tracing::debug!(
+            "sharding: shard {shard} of `{}` allocated to {home}",
+            E::TYPE_NAME
+        );
+        self.host(shard, &home, Instant::now());
+        Some(home)
+    }
+
+    /// The home the strategy chooses for `shard` among the regions that
+    /// may host it now; `None`: not now.
+    fn choose_home(&mut self, shard: &ShardId, requester: &RegionId) -> Option<RegionId> {
         let candidates = self.state.allocations(|r| self.may_host(r));
         if candidates.is_empty() {
             return None;
@@ -288,22 +303,19 @@ impl<E: Entity> ShardCoordinator<E> {
             );
             return None;
         }
-        self.state.allocate(shard, &home);
-        self.save().await;
-        self.remember_shard(shard).await;
-        tracing::debug!(
-            "sharding: shard {shard} of `{}` allocated to {home}",
-            E::TYPE_NAME
-        );
-        self.unconfirmed
-            .insert(shard.clone(), (home.clone(), Instant::now()));
+        Some(home)
+    }
+
+    /// Tells `home` to host `shard` (allocated and written), and waits
+    /// for its confirmation.
+    fn host(&mut self, shard: &ShardId, home: &RegionId, now: Instant) {
+        self.unconfirmed.insert(shard.clone(), (home.clone(), now));
         self.tell_region(
-            &home,
+            home,
             HostShard {
                 shard: shard.clone(),
             },
         );
-        Some(home)
     }
 
     /// Remembers a newly allocated shard (with remembered entities), so
@@ -345,20 +357,9 @@ impl<E: Entity> ShardCoordinator<E> {
         let me = self.cluster.self_node().clone();
         let mut allocated = Vec::new();
         for shard in homeless {
-            let candidates = self.state.allocations(|r| self.may_host(r));
-            if candidates.is_empty() {
-                break;
-            }
-            let view = ClusterView::new(&self.cluster_state, &me);
-            let Some(home) = self
-                .strategy
-                .allocate_shard(&me, &shard, &candidates, &view)
-            else {
+            let Some(home) = self.choose_home(&shard, &me) else {
                 continue;
             };
-            if !self.may_host(&home) {
-                continue;
-            }
             self.state.allocate(&shard, &home);
             allocated.push((shard, home));
         }
@@ -373,13 +374,7 @@ impl<E: Entity> ShardCoordinator<E> {
         );
         let now = Instant::now();
         for (shard, home) in allocated {
-            self.unconfirmed.insert(shard.clone(), (home.clone(), now));
-            self.tell_region(
-                &home,
-                HostShard {
-                    shard: shard.clone(),
-                },
-            );
+            self.host(&shard, &home, now);
             self.tell_home_to_all(&shard, &home, false);
         }
     }
@@ -693,9 +688,7 @@ impl<E: Entity> ShardCoordinator<E> {
             .map(|(s, (r, _))| (s.clone(), r.clone()))
             .collect();
         for (shard, region) in late {
-            self.unconfirmed
-                .insert(shard.clone(), (region.clone(), now));
-            self.tell_region(&region, HostShard { shard });
+            self.host(&shard, &region, now);
         }
         // Hand-offs that stalled.
         let stalled: Vec<(ShardId, HandOffProgress)> = self

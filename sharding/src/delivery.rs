@@ -353,18 +353,18 @@ impl<E: Entity> Body<E> for StartEntity {
 
     fn send_remote(
         self: Box<Self>,
-        _system: &ActorSystem,
+        system: &ActorSystem,
         entity: EntityId,
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
     ) {
-        let envelope = ShardEnvelope {
-            entity,
-            shard: shard.clone(),
+        // On the wire it is an encoded message with its own manifest.
+        let encoded = Box::new(Encoded {
             manifest: START_ENTITY_MANIFEST.to_string(),
             payload: Vec::new(),
-        };
-        forward_envelope(envelope, None, to);
+            reply: None,
+        });
+        <Encoded as Body<E>>::send_remote(encoded, system, entity, shard, to);
     }
 
     fn fail(self: Box<Self>, _error: AskError) {}

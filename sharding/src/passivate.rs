@@ -49,24 +49,21 @@ pub trait EntityContext {
 impl<E: Entity> EntityContext for Context<E> {
     fn passivate(&mut self) {
         let uid = self.myself().uid();
-        let shard = self.parent().and_then(|p| p.downcast::<Shard<E>>());
-        let sent = match shard {
-            Some(shard) => shard.tell(Passivate { uid }).is_ok(),
-            None => {
-                tracing::warn!(
-                    "sharding: {} asked to be passivated but was not started by a shard of `{}`; \
-                     ignored",
-                    self.myself().path(),
-                    E::TYPE_NAME
-                );
-                return;
+        match self.parent().and_then(|p| p.downcast::<Shard<E>>()) {
+            Some(shard) => {
+                if shard.tell(Passivate { uid }).is_err() {
+                    tracing::debug!(
+                        "sharding: {} asked to be passivated but its shard has stopped",
+                        self.myself().path()
+                    );
+                }
             }
-        };
-        if !sent {
-            tracing::debug!(
-                "sharding: {} asked to be passivated but its shard has stopped",
-                self.myself().path()
-            );
+            None => tracing::warn!(
+                "sharding: {} asked to be passivated but was not started by a shard of `{}`; \
+                 ignored",
+                self.myself().path(),
+                E::TYPE_NAME
+            ),
         }
     }
 }

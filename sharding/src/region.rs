@@ -546,9 +546,8 @@ impl<E: Entity> Region<E> {
             );
             return None;
         }
-        let local = Arc::new(ActiveEntities::new(shard::records_touches(
-            &self.shared.settings,
-        )));
+        // Senders record their accesses for a replacement policy.
+        let local = Arc::new(ActiveEntities::new(self.active_entity_limit.is_some()));
         // Its share until the next update, counting itself.
         let initial_limit = self
             .active_entity_limit

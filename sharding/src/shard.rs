@@ -117,12 +117,6 @@ struct RecoveryTick;
 #[derive(Message, Clone)]
 struct RestartEntity(EntityId);
 
-/// Whether senders must record every access for the shard's replacement
-/// policy (an active-entity limit).
-pub(crate) fn records_touches(settings: &ShardingSettings) -> bool {
-    active_entity_limit(settings).is_some()
-}
-
 /// The region's active-entity limit, if its passivation has one.
 pub(crate) fn active_entity_limit(settings: &ShardingSettings) -> Option<usize> {
     settings.effective_passivation().active_entity_limit()

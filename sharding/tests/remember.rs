@@ -198,8 +198,9 @@ fn a_failing_remember_store_is_retried_and_waiting_messages_are_not_lost() {
     init_logging();
     rt::block_on(async {
         let probe = Arc::new(Probe::default());
+        let write_timeout = Duration::from_millis(800);
         let settings = ShardingSettings {
-            updating_state_timeout: Duration::from_millis(800),
+            updating_state_timeout: write_timeout,
             ..remembering()
         };
         // Cut-offs here must not down anyone.
@@ -224,8 +225,9 @@ fn a_failing_remember_store_is_retried_and_waiting_messages_are_not_lost() {
         for n in 0..10 {
             entity.tell(Seq(n)).unwrap();
         }
-        // Longer than a write's timeout: it failed at least once.
-        rt::sleep(Duration::from_millis(2000)).await;
+        // The fault lasts two write timeouts and a retry: the write failed
+        // at least once.
+        rt::sleep(write_timeout * 2 + Duration::from_millis(400)).await;
         assert_eq!(probe.starts(&id), 0, "started before it was remembered");
         for other in [&nodes[0], &nodes[1]] {
             let f = lonely.system.remoting().unwrap().fault_injector().unwrap();

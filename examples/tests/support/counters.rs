@@ -5,7 +5,54 @@
 use super::{eventually, get, http, Node};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Fast failure detection and downing, for a settings file (`--config`).
+pub const FAST_CLUSTER: &str = r#"
+gossip-interval = "300ms"
+leader-actions-interval = "200ms"
+unreachable-nodes-reaper-interval = "200ms"
+heartbeat-interval = "300ms"
+seed-node-timeout = "2s"
+
+[failure-detector]
+acceptable-heartbeat-pause = "2s"
+
+[downing]
+stable-after = "2s"
+"#;
+
+/// Sharding settings for a test (its `[sharding]` table comes last, so a
+/// test can add keys to it).
+pub const TEST_SHARDING: &str = r#"
+[sharding]
+number-of-shards = 30
+retry-interval = "300ms"
+rebalance-interval = "1s"
+handoff-timeout = "5s"
+shard-start-timeout = "2s"
+waiting-for-state-timeout = "1s"
+updating-state-timeout = "3s"
+"#;
+
+/// A fresh directory of the test, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// `troupe-TAG-PID` under the system's temporary directory, empty.
+    pub fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("troupe-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// A node of the test: its process and its management HTTP address.
 pub struct Member {
