@@ -13,6 +13,7 @@ use crate::replier::Replier;
 use crate::system_message::SystemMessage;
 use crate::watch::Terminated;
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -423,6 +424,15 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
+    /// The actor's name: the last element of its path (given at spawn,
+    /// or generated). Allocates only for a generated name.
+    pub fn name(&self) -> Cow<'_, str> {
+        match &self.target {
+            Target::Local(c) => c.core.name.as_str(),
+            Target::Remote(r) => Cow::Borrowed(last_element(&r.path.path)),
+        }
+    }
+
     /// A number unique to this actor within its system (for a remote ref
     /// resolved by path alone, a hash of its full path).
     pub fn uid(&self) -> u64 {
@@ -488,14 +498,33 @@ impl<A: Actor> ActorRef<A> {
     {
         // A watcher that has stopped no longer cares: no dead letter.
         if let Target::Local(cell) = &self.target {
-            let _ = cell.enqueue(Node::new(TerminatedLetter(t)));
+            let _ = cell.enqueue(Node::new(TerminatedLetter(t, false)));
         }
+    }
+
+    /// The notice that gives this actor the `Terminated` of each of its
+    /// children (see `Context::watch_children`). Holds the actor weakly:
+    /// it is kept in the actor's own cell.
+    pub(crate) fn child_notice(&self) -> Option<crate::cell::ChildNotice>
+    where
+        A: Handler<Terminated>,
+    {
+        let Target::Local(cell) = &self.target else {
+            return None;
+        };
+        let weak = Arc::downgrade(cell);
+        Some(Arc::new(move |t: Terminated| {
+            if let Some(cell) = weak.upgrade() {
+                let _ = cell.enqueue(Node::new(TerminatedLetter(t, true)));
+            }
+        }))
     }
 }
 
 /// The letter carrying `Terminated` to a watcher; dropped if the watcher
-/// has unwatched meanwhile.
-struct TerminatedLetter(Terminated);
+/// has unwatched meanwhile. The flag marks a parent's notice of its
+/// child (`Context::watch_children`), which is always wanted.
+struct TerminatedLetter(Terminated, bool);
 
 impl<A: Handler<Terminated>> Letter<A> for Node<A, TerminatedLetter> {
     fn hdr_ptr(&mut self) -> *mut Hdr<A> {
@@ -515,8 +544,10 @@ impl<A: Handler<Terminated>> UserLetter<A> for Node<A, TerminatedLetter> {
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
     ) -> HandlerFuture<'a> {
-        let t = self.body.0;
-        let wanted = ctx.take_watch(t.actor.uid());
+        let TerminatedLetter(t, child_notice) = self.body;
+        // A child's notice is always wanted (its parent's watch of it, if
+        // any, was not notified: it is reported once) and ends the watch.
+        let wanted = ctx.take_watch(t.actor.uid()) || child_notice;
         HandlerFuture::new(async move {
             if wanted {
                 actor.handle(t, ctx).await;
@@ -714,6 +745,15 @@ impl AnyActorRef {
         }
     }
 
+    /// The actor's name: the last element of its path (given at spawn,
+    /// or generated). Allocates only for a generated name.
+    pub fn name(&self) -> Cow<'_, str> {
+        match &self.target {
+            AnyTarget::Local(c) => c.core().name.as_str(),
+            AnyTarget::Remote(r) => Cow::Borrowed(last_element(&r.path.path)),
+        }
+    }
+
     /// A number unique to this actor within its system (for a remote ref
     /// resolved by path alone, a hash of its full path).
     pub fn uid(&self) -> u64 {
@@ -826,4 +866,9 @@ impl<A: Actor> From<ActorRef<A>> for AnyActorRef {
     fn from(r: ActorRef<A>) -> Self {
         r.to_any()
     }
+}
+
+/// The last element of a path written as text.
+fn last_element(path: &str) -> &str {
+    path.trim_end_matches('/').rsplit('/').next().unwrap_or("")
 }

@@ -76,9 +76,20 @@ pub(crate) struct CellCore {
 struct Children {
     /// Boxed so that an actor without children pays one pointer, not an
     /// empty map (48 bytes).
-    #[allow(clippy::box_collection)]
-    map: Option<Box<HashMap<Name, AnyActorRef>>>,
+    map: Option<Box<ChildMap>>,
 }
+
+#[derive(Default)]
+struct ChildMap {
+    by_name: HashMap<Name, AnyActorRef>,
+    /// Set by `Context::watch_children`: tells the actor of every child
+    /// that terminates (kept while the map is empty).
+    notice: Option<ChildNotice>,
+}
+
+/// Delivers a child's `Terminated` to its parent (holds the parent
+/// weakly: the parent's own cell keeps it).
+pub(crate) type ChildNotice = Arc<dyn Fn(Terminated) + Send + Sync>;
 
 impl CellCore {
     pub(crate) fn path(&self) -> ActorPath {
@@ -137,7 +148,7 @@ impl CellCore {
             return Err(SpawnError::ParentStopped);
         }
         let map = c.map.get_or_insert_with(Default::default);
-        match map.entry(name) {
+        match map.by_name.entry(name) {
             Entry::Occupied(e) => Err(SpawnError::NameTaken(e.key().to_string())),
             Entry::Vacant(e) => {
                 e.insert(child);
@@ -146,15 +157,26 @@ impl CellCore {
         }
     }
 
-    fn remove_child(&self, name: &Name, uid: u64) {
+    /// Forgets a terminated child; returns the notice to give its
+    /// `Terminated` to, if the parent watches its children.
+    fn remove_child(&self, name: &Name, uid: u64) -> Option<ChildNotice> {
         let mut c = lock(&self.children);
-        if let Some(map) = c.map.as_mut() {
-            if map.get(name).is_some_and(|r| r.uid() == uid) {
-                map.remove(name);
-            }
-            if map.is_empty() {
-                c.map = None;
-            }
+        let map = c.map.as_mut()?;
+        if map.by_name.get(name).is_some_and(|r| r.uid() == uid) {
+            map.by_name.remove(name);
+        }
+        let notice = map.notice.clone();
+        if map.by_name.is_empty() && map.notice.is_none() {
+            c.map = None;
+        }
+        notice
+    }
+
+    /// From now on, `notice` gets the `Terminated` of every child.
+    pub(crate) fn set_child_notice(&self, notice: ChildNotice) {
+        let mut c = lock(&self.children);
+        if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED == 0 {
+            c.map.get_or_insert_with(Default::default).notice = Some(notice);
         }
     }
 
@@ -162,29 +184,37 @@ impl CellCore {
         lock(&self.children)
             .map
             .as_ref()
-            .and_then(|m| m.get(&NameKey::of(name) as &dyn AsNameKey).cloned())
+            .and_then(|m| m.by_name.get(&NameKey::of(name) as &dyn AsNameKey).cloned())
     }
 
     pub(crate) fn children(&self) -> Vec<AnyActorRef> {
         lock(&self.children)
             .map
             .as_ref()
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.by_name.values().cloned().collect())
             .unwrap_or_default()
     }
 
     fn has_children(&self) -> bool {
-        lock(&self.children).map.is_some()
+        lock(&self.children)
+            .map
+            .as_ref()
+            .is_some_and(|m| !m.by_name.is_empty())
     }
 
-    /// Refuses new children from now on and returns the current ones.
+    /// Refuses new children from now on and returns the current ones. A
+    /// stopping actor handles no more messages, so the notice of its
+    /// children's termination goes too.
     fn close_children(&self) -> Vec<AnyActorRef> {
-        let c = lock(&self.children);
+        let mut c = lock(&self.children);
         self.status.fetch_or(CHILDREN_CLOSED, Ordering::Relaxed);
-        c.map
-            .as_ref()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+        match c.map.as_mut() {
+            Some(m) => {
+                m.notice = None;
+                m.by_name.values().cloned().collect()
+            }
+            None => Vec::new(),
+        }
     }
 }
 
@@ -1161,16 +1191,25 @@ impl<A: Actor> ActorCell<A> {
         }
         let mut rest = std::mem::replace(&mut st.batch, Batch::empty());
         rest.append(self.mailbox.close());
-        if let Some(parent) = &self.core.parent {
-            parent.core().remove_child(&self.core.name, self.core.uid);
-        }
+        let parent_notice = self
+            .core
+            .parent
+            .as_ref()
+            .and_then(|p| p.core().remove_child(&self.core.name, self.core.uid));
         self.core.status.fetch_or(TERMINATED, Ordering::SeqCst);
         self.core.terminated.notify(usize::MAX);
 
         let me = ActorRef::from_cell(self.clone()).to_any();
         let terminated = Terminated { actor: me, reason };
-        for (_, notify) in st.ctx.take_watchers() {
-            notify(terminated.clone());
+        let parent_uid = self.core.parent.as_ref().map(|p| p.core().uid);
+        for (watcher, notify) in st.ctx.take_watchers() {
+            // A parent that watches its children hears it from its notice.
+            if parent_notice.is_none() || Some(watcher) != parent_uid {
+                notify(terminated.clone());
+            }
+        }
+        if let Some(notice) = parent_notice {
+            notice(terminated.clone());
         }
         let undelivered = st.take_held().into_iter().chain(
             st.ctx

@@ -182,6 +182,44 @@ impl<A: Actor> Context<A> {
         self.watch_any(&other.to_any());
     }
 
+    /// Watches every child of this actor, present and future: this actor
+    /// gets a [`Terminated`] for each child that stops, without watching
+    /// each one. Nothing is kept per child, so a parent of very many
+    /// short-lived children (a shard of entities, a pool) saves a watch
+    /// per child. A child that is also watched with [`watch`](Self::watch)
+    /// is reported once. Lasts until this actor stops; calling it again
+    /// does nothing.
+    ///
+    /// ```
+    /// use troupe_core::prelude::*;
+    ///
+    /// struct Worker;
+    /// impl Actor for Worker {}
+    ///
+    /// struct Pool;
+    /// impl Actor for Pool {
+    ///     async fn started(&mut self, ctx: &mut Context<Self>) {
+    ///         ctx.watch_children();
+    ///         let _ = ctx.spawn(Worker);
+    ///     }
+    /// }
+    ///
+    /// #[handlers]
+    /// impl Pool {
+    ///     async fn on_terminated(&mut self, t: Terminated) {
+    ///         println!("{} stopped", t.actor.path());
+    ///     }
+    /// }
+    /// ```
+    pub fn watch_children(&mut self)
+    where
+        A: Handler<Terminated>,
+    {
+        if let (Some(notice), Some(cell)) = (self.myself.child_notice(), self.myself.local_cell()) {
+            cell.core.set_child_notice(notice);
+        }
+    }
+
     /// Watches an actor of unknown type.
     pub fn watch_any(&mut self, other: &AnyActorRef)
     where

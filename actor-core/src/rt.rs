@@ -22,6 +22,10 @@ pub type TcpStream = async_std::net::TcpStream;
 /// with `From`.
 pub type TcpListener = async_std::net::TcpListener;
 
+/// An async UDP socket (for DNS queries); build one with `bind`, or from a
+/// bound `std::net::UdpSocket` with `From`.
+pub type UdpSocket = async_std::net::UdpSocket;
+
 /// Spawns a task on the shared executor.
 pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
 where

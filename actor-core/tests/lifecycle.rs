@@ -269,3 +269,86 @@ fn shutdown_with_thousands_of_actors_returns() {
         assert_eq!(stopped, 2_400);
     });
 }
+
+/// A parent that watches its children as a whole (and one of them also
+/// one by one).
+struct Parent {
+    out: async_channel::Sender<Terminated>,
+}
+
+impl Actor for Parent {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.watch_children();
+    }
+}
+
+#[derive(Message)]
+#[message(reply = ActorRef<Fragile>)]
+struct SpawnFragile {
+    also_watch: bool,
+}
+
+#[handlers]
+impl Parent {
+    async fn spawn_fragile(
+        &mut self,
+        msg: SpawnFragile,
+        ctx: &mut Context<Self>,
+    ) -> ActorRef<Fragile> {
+        let child = ctx.spawn(Fragile).unwrap();
+        if msg.also_watch {
+            ctx.watch(&child);
+        }
+        child
+    }
+    async fn terminated(&mut self, t: Terminated) {
+        let _ = self.out.try_send(t);
+    }
+}
+
+#[test]
+fn watch_children_reports_every_child_once_without_watching_each() {
+    rt::block_on(async {
+        let system = ActorSystem::new("watch-children").unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let parent = system.spawn(Parent { out: tx });
+        let stopped = parent
+            .ask(SpawnFragile { also_watch: false })
+            .await
+            .unwrap();
+        let crashed = parent
+            .ask(SpawnFragile { also_watch: false })
+            .await
+            .unwrap();
+        let watched = parent.ask(SpawnFragile { also_watch: true }).await.unwrap();
+
+        stopped.stop();
+        let t = next(&rx).await;
+        assert_eq!(t.actor, stopped.to_any());
+        assert_eq!(t.reason, StopReason::Stopped);
+
+        crashed.tell(Explode).unwrap();
+        let t = next(&rx).await;
+        assert_eq!(t.actor, crashed.to_any());
+        assert!(matches!(t.reason, StopReason::Failed(_)), "{:?}", t.reason);
+
+        // Watched as well: one Terminated, not two. A child spawned after
+        // it and stopped after it shows that nothing else was on its way.
+        watched.stop();
+        let t = next(&rx).await;
+        assert_eq!(t.actor, watched.to_any());
+        let last = parent
+            .ask(SpawnFragile { also_watch: false })
+            .await
+            .unwrap();
+        last.stop();
+        let t = next(&rx).await;
+        assert_eq!(
+            t.actor,
+            last.to_any(),
+            "a second Terminated for a watched child"
+        );
+        assert!(rx.is_empty());
+        system.shutdown().await;
+    });
+}

@@ -2,7 +2,7 @@
 //! with direct messages to the same actors in the same run.
 //!
 //! ```sh
-//! cargo bench --manifest-path benches/Cargo.toml --bench sharding
+//! cargo bench --manifest-path benches/Cargo.toml --bench sharding [-- one rr ask activation]
 //! ```
 //!
 //! One node (a one-member cluster), every shard's home known and every
@@ -73,6 +73,16 @@ async fn wait_total(total: &AtomicU64, want: u64) {
     }
 }
 
+/// Whether a section was asked for on the command line (`-- rr ask`);
+/// all run when none was.
+fn wanted(section: &str) -> bool {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    args.is_empty() || args.iter().any(|a| a == section)
+}
+
 fn main() {
     rt::block_on(async {
         let system = ActorSystem::builder("bench")
@@ -111,7 +121,17 @@ fn main() {
             )
             .expect("start");
 
-        // Warm up: one entity alive, its shard's home known.
+        // Warm up: every shard's home known (an entity of each asked),
+        // and one entity alive.
+        let mut homed = std::collections::HashSet::new();
+        let mut i = 0;
+        while homed.len() < 1000 {
+            let r: EntityRef<Target> = sharding.entity_ref(format!("warm-{i}")).unwrap();
+            i += 1;
+            if homed.insert(r.shard_id().to_string()) {
+                r.ask(Count).await.expect("warm-up ask");
+            }
+        }
         let one: EntityRef<Target> = sharding.entity_ref("one").unwrap();
         one.ask(Count).await.expect("first ask");
         // The same actor type outside sharding: what a direct tell costs.
@@ -119,104 +139,135 @@ fn main() {
         direct.ask(Count).await.expect("first ask");
 
         const N: u64 = 2_000_000;
-        println!("sharding bench: tell, {N} messages to one entity");
-        let base = total.load(Ordering::Relaxed);
-        let t0 = Instant::now();
-        for _ in 0..N {
-            direct.tell(Hit).unwrap();
-        }
-        wait_total(&total, base + N).await;
-        let direct_rate = N as f64 / t0.elapsed().as_secs_f64();
-        let base = total.load(Ordering::Relaxed);
-        let t0 = Instant::now();
-        for _ in 0..N {
-            one.tell(Hit).unwrap();
-        }
-        wait_total(&total, base + N).await;
-        let sharded_rate = N as f64 / t0.elapsed().as_secs_f64();
-        println!(
+        if wanted("one") {
+            println!("sharding bench: tell, {N} messages to one entity");
+            let base = total.load(Ordering::Relaxed);
+            let t0 = Instant::now();
+            for _ in 0..N {
+                direct.tell(Hit).unwrap();
+            }
+            wait_total(&total, base + N).await;
+            let direct_rate = N as f64 / t0.elapsed().as_secs_f64();
+            let base = total.load(Ordering::Relaxed);
+            let t0 = Instant::now();
+            for _ in 0..N {
+                one.tell(Hit).unwrap();
+            }
+            wait_total(&total, base + N).await;
+            let sharded_rate = N as f64 / t0.elapsed().as_secs_f64();
+            println!(
             "  direct ActorRef::tell   {:>10.0} msg/s\n  sharded EntityRef::tell {:>10.0} msg/s  ({:.2}x direct)",
             direct_rate,
             sharded_rate,
             sharded_rate / direct_rate
         );
+        }
 
         // Round robin over 10,000 entities.
         const E: usize = 10_000;
-        let refs: Vec<EntityRef<Target>> = (0..E)
-            .map(|i| sharding.entity_ref(format!("rr-{i}")).unwrap())
-            .collect();
-        for r in &refs {
-            r.ask(Count).await.unwrap();
-        }
-        let twins: Vec<ActorRef<Target>> = (0..E).map(|_| spawn_twin(&system, &total)).collect();
-        let rounds = (N as usize) / E;
-        let base = total.load(Ordering::Relaxed);
-        let t0 = Instant::now();
-        for _ in 0..rounds {
-            for a in &twins {
-                a.tell(Hit).unwrap();
-            }
-        }
-        wait_total(&total, base + N).await;
-        let direct_rr = N as f64 / t0.elapsed().as_secs_f64();
-        let base = total.load(Ordering::Relaxed);
-        let t0 = Instant::now();
-        for _ in 0..rounds {
+        if wanted("rr") {
+            let refs: Vec<EntityRef<Target>> = (0..E)
+                .map(|i| sharding.entity_ref(format!("rr-{i}")).unwrap())
+                .collect();
             for r in &refs {
-                r.tell(Hit).unwrap();
+                r.ask(Count).await.unwrap();
             }
-        }
-        wait_total(&total, base + N).await;
-        let sharded_rr = N as f64 / t0.elapsed().as_secs_f64();
-        println!("  routing so far: {:?}", sharding.routing_stats::<Target>().unwrap());
-        println!(
+            let twins: Vec<ActorRef<Target>> =
+                (0..E).map(|_| spawn_twin(&system, &total)).collect();
+            let rounds = (N as usize) / E;
+            let base = total.load(Ordering::Relaxed);
+            let t0 = Instant::now();
+            for _ in 0..rounds {
+                for a in &twins {
+                    a.tell(Hit).unwrap();
+                }
+            }
+            wait_total(&total, base + N).await;
+            let direct_rr = N as f64 / t0.elapsed().as_secs_f64();
+            let base = total.load(Ordering::Relaxed);
+            let t0 = Instant::now();
+            for _ in 0..rounds {
+                for r in &refs {
+                    r.tell(Hit).unwrap();
+                }
+            }
+            wait_total(&total, base + N).await;
+            let sharded_rr = N as f64 / t0.elapsed().as_secs_f64();
+            println!(
+                "  routing so far: {:?}",
+                sharding.routing_stats::<Target>().unwrap()
+            );
+            println!(
             "sharding bench: tell, round robin over {E} entities\n  direct  {:>10.0} msg/s\n  sharded {:>10.0} msg/s  ({:.2}x direct)",
             direct_rr,
             sharded_rr,
             sharded_rr / direct_rr
         );
+        }
 
         // Ask round trip.
         const ASKS: usize = 200_000;
-        let mut d = Vec::with_capacity(ASKS);
-        for _ in 0..ASKS {
-            let t = Instant::now();
-            direct.ask(Count).await.unwrap();
-            d.push(t.elapsed());
-        }
-        let mut s = Vec::with_capacity(ASKS);
-        for _ in 0..ASKS {
-            let t = Instant::now();
-            one.ask(Count).await.unwrap();
-            s.push(t.elapsed());
-        }
-        let (dp50, dmean) = stats(&mut d);
-        let (sp50, smean) = stats(&mut s);
-        println!(
+        if wanted("ask") {
+            let mut d = Vec::with_capacity(ASKS);
+            for _ in 0..ASKS {
+                let t = Instant::now();
+                direct.ask(Count).await.unwrap();
+                d.push(t.elapsed());
+            }
+            let mut s = Vec::with_capacity(ASKS);
+            for _ in 0..ASKS {
+                let t = Instant::now();
+                one.ask(Count).await.unwrap();
+                s.push(t.elapsed());
+            }
+            let (dp50, dmean) = stats(&mut d);
+            let (sp50, smean) = stats(&mut s);
+            println!(
             "sharding bench: ask round trip ({ASKS} sequential)\n  direct  p50 {:>6.2} us  mean {:>6.2} us\n  sharded p50 {:>6.2} us  mean {:>6.2} us  (+{:.2} us p50)",
             dp50, dmean, sp50, smean, sp50 - dp50
         );
+        }
 
         // Activation and memory.
         const NEW: usize = 1_000_000;
-        let before = rss_bytes();
-        let base = total.load(Ordering::Relaxed);
-        let t0 = Instant::now();
-        for i in 0..NEW {
-            let r: EntityRef<Target> = sharding.entity_ref(format!("new-{i}")).unwrap();
-            r.tell(Hit).unwrap();
-        }
-        wait_total(&total, base + NEW as u64).await;
-        let per = t0.elapsed().as_secs_f64() * 1e6 / NEW as f64;
-        let after = rss_bytes();
-        println!(
+        if wanted("activation") {
+            // The baseline: the same actors spawned directly, each sent
+            // its first message (what an entity costs below sharding).
+            let before = rss_bytes();
+            let base = total.load(Ordering::Relaxed);
+            let t0 = Instant::now();
+            let mut plain = Vec::with_capacity(NEW);
+            for _ in 0..NEW {
+                let a = spawn_twin(&system, &total);
+                a.tell(Hit).unwrap();
+                plain.push(a);
+            }
+            wait_total(&total, base + NEW as u64).await;
+            let per = t0.elapsed().as_secs_f64() * 1e6 / NEW as f64;
+            let after = rss_bytes();
+            println!(
+                "sharding bench: spawn + first message, {NEW} plain actors (baseline)\n  {:.2} us per actor; RSS +{:.0} bytes per idle actor (its ActorRef included)",
+                per,
+                (after.saturating_sub(before)) as f64 / NEW as f64,
+            );
+            let before = rss_bytes();
+            let base = total.load(Ordering::Relaxed);
+            let t0 = Instant::now();
+            for i in 0..NEW {
+                let r: EntityRef<Target> = sharding.entity_ref(format!("new-{i}")).unwrap();
+                r.tell(Hit).unwrap();
+            }
+            wait_total(&total, base + NEW as u64).await;
+            let per = t0.elapsed().as_secs_f64() * 1e6 / NEW as f64;
+            let after = rss_bytes();
+            println!(
             "sharding bench: first message to {NEW} new entities over 1000 shards\n  {:.2} us per entity; RSS +{:.0} bytes per idle entity ({} MB -> {} MB)",
             per,
             (after.saturating_sub(before)) as f64 / NEW as f64,
             before / 1_000_000,
             after / 1_000_000
         );
+        }
         system.shutdown().await;
     });
 }

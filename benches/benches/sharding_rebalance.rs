@@ -63,7 +63,10 @@ fn start(seed: Option<&Address>) -> Node {
     .expect("cluster");
     let sharding = ClusterSharding::new(&system, &cluster).expect("sharding");
     sharding
-        .start::<Item>(|_id: EntityId| Item { seen: 0 }, ShardingSettings::default())
+        .start::<Item>(
+            |_id: EntityId| Item { seen: 0 },
+            ShardingSettings::default(),
+        )
         .expect("start");
     Node {
         system,
@@ -75,7 +78,12 @@ fn start(seed: Option<&Address>) -> Node {
 async fn up(node: &Node, n: usize) {
     loop {
         if let Ok(s) = node.cluster.state().await {
-            if s.members.iter().filter(|m| m.status == MemberStatus::Up).count() == n {
+            if s.members
+                .iter()
+                .filter(|m| m.status == MemberStatus::Up)
+                .count()
+                == n
+            {
                 return;
             }
         }
@@ -201,7 +209,10 @@ fn main() {
         l.sort();
         let pct = |p: f64| l[((l.len() as f64 * p) as usize).min(l.len() - 1)].as_secs_f64() * 1e3;
         match reached {
-            Some(t) => println!("  the new node holds >= 240 shards after {:.1} s", t.as_secs_f64()),
+            Some(t) => println!(
+                "  the new node holds >= 240 shards after {:.1} s",
+                t.as_secs_f64()
+            ),
             None => println!("  the new node did NOT reach 240 shards within 120 s"),
         }
         println!(

@@ -164,7 +164,12 @@ fn main() {
         }
         loop {
             let s = first.cluster.state().await.expect("state");
-            if s.members.iter().filter(|m| m.status == MemberStatus::Up).count() == 3 {
+            if s.members
+                .iter()
+                .filter(|m| m.status == MemberStatus::Up)
+                .count()
+                == 3
+            {
                 break;
             }
             rt::sleep(Duration::from_millis(50)).await;
@@ -260,7 +265,9 @@ fn main() {
                 continue;
             }
             let t = Instant::now();
-            r.ask_timeout(Received, Duration::from_secs(30)).await.unwrap();
+            r.ask_timeout(Received, Duration::from_secs(30))
+                .await
+                .unwrap();
             alloc.push(t.elapsed());
         }
         alloc.sort();

@@ -12,6 +12,7 @@ use crate::member::UniqueAddress;
 use crate::settings::{ClusterSettings, DowningStrategy};
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use troupe_core::prelude::*;
@@ -84,6 +85,14 @@ pub struct Cluster {
     shutdown: CoordinatedShutdown,
     /// This node's roles (fixed at start).
     self_roles: Arc<BTreeSet<String>>,
+    /// Seed nodes were configured (cluster bootstrap then does not run).
+    seed_nodes_configured: bool,
+    /// `shutdown_after_unsuccessful_join_seed_nodes`.
+    shutdown_after_unsuccessful_join: Option<Duration>,
+    /// Someone asked this node to join ([`Cluster::join`],
+    /// [`Cluster::join_seed_nodes`], or the management API): a running
+    /// cluster bootstrap gives way to it.
+    explicit_join: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Cluster {
@@ -121,6 +130,8 @@ impl Cluster {
             .map_err(|e| ClusterError(format!("cannot register the cluster protocol: {e}")))?;
         let down_removal_margin = settings.down_removal_margin;
         let self_roles = Arc::new(settings.roles.clone());
+        let seed_nodes_configured = !settings.seed_nodes.is_empty();
+        let shutdown_after_unsuccessful_join = settings.shutdown_after_unsuccessful_join_seed_nodes;
         let shutdown = CoordinatedShutdown::new(system, settings.coordinated_shutdown.clone());
         let core = system
             .spawn_system_actor(ClusterCore::props(
@@ -137,7 +148,34 @@ impl Cluster {
             down_removal_margin,
             shutdown,
             self_roles,
+            seed_nodes_configured,
+            shutdown_after_unsuccessful_join,
+            explicit_join: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// True if this node was started with seed nodes
+    /// ([`ClusterSettings::seed_nodes`]).
+    pub fn has_configured_seed_nodes(&self) -> bool {
+        self.seed_nodes_configured
+    }
+
+    /// `ClusterSettings::shutdown_after_unsuccessful_join_seed_nodes`.
+    pub(crate) fn shutdown_after_unsuccessful_join(&self) -> Option<Duration> {
+        self.shutdown_after_unsuccessful_join
+    }
+
+    /// True once [`join`](Self::join) or
+    /// [`join_seed_nodes`](Self::join_seed_nodes) was called (by the
+    /// application or the management API; not by cluster bootstrap).
+    pub fn explicit_join_requested(&self) -> bool {
+        self.explicit_join.load(Ordering::SeqCst)
+    }
+
+    /// Joins through `seeds` on behalf of cluster bootstrap (not an
+    /// explicit join).
+    pub(crate) fn bootstrap_join(&self, seeds: Vec<Address>) {
+        let _ = self.core.tell(UserAction::JoinSeeds(seeds));
     }
 
     /// The cluster core actor.
@@ -189,6 +227,7 @@ impl Cluster {
     /// Joins through these seed nodes (the first forms a new cluster if no
     /// other answers within `seed_node_timeout`).
     pub fn join_seed_nodes(&self, seeds: Vec<Address>) {
+        self.explicit_join.store(true, Ordering::SeqCst);
         let _ = self.core.tell(UserAction::JoinSeeds(seeds));
     }
 

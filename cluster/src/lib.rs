@@ -14,10 +14,12 @@
 //! sequence (leave, hand singletons over, stop), which every part of a node
 //! can take part in.
 
+pub mod bootstrap;
 mod cluster;
 pub mod coordinated_shutdown;
 mod core;
 pub mod ddata;
+pub mod discovery;
 pub mod downing;
 pub mod events;
 pub mod gossip;

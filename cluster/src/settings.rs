@@ -184,6 +184,12 @@ struct SettingsFile {
     /// Cluster sharding's table, read by `troupe_sharding::ShardingSettings`.
     #[allow(dead_code)]
     sharding: Option<serde::de::IgnoredAny>,
+    /// Service discovery's table, read by `discovery::DiscoverySettings`.
+    #[allow(dead_code)]
+    discovery: Option<serde::de::IgnoredAny>,
+    /// Cluster bootstrap's table, read by `bootstrap::BootstrapSettings`.
+    #[allow(dead_code)]
+    bootstrap: Option<serde::de::IgnoredAny>,
     seed_nodes: Option<Vec<String>>,
     roles: Option<Vec<String>>,
     min_nr_of_members: Option<usize>,
@@ -243,7 +249,37 @@ struct DowningFile {
     auto_down_after: Option<String>,
 }
 
-fn duration(name: &str, text: &str) -> Result<Duration, SettingsError> {
+/// Reads the settings file at `path` and parses it with `parse`; errors
+/// name the file.
+pub(crate) fn read_settings_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, SettingsError>,
+) -> Result<T, SettingsError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SettingsError(format!("cannot read settings file {}: {e}", path.display())))?;
+    parse(&text).map_err(|e| SettingsError(format!("{}: {e}", path.display())))
+}
+
+/// The table `key` of TOML text as `T` (unknown keys in it are errors
+/// naming the table); `None` if the text has no such table.
+pub(crate) fn settings_table<T: serde::de::DeserializeOwned>(
+    text: &str,
+    key: &str,
+) -> Result<Option<T>, SettingsError> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| SettingsError(e.message().to_string()))?;
+    table
+        .get(key)
+        .map(|value| {
+            value
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| SettingsError(format!("{key}: {}", e.message())))
+        })
+        .transpose()
+}
+
+pub(crate) fn duration(name: &str, text: &str) -> Result<Duration, SettingsError> {
     humantime::parse_duration(text.trim()).map_err(|e| {
         SettingsError(format!(
             "{name}: `{text}` is not a duration ({e}); write e.g. \"1s\" or \"500ms\""
@@ -274,10 +310,7 @@ impl ClusterSettings {
     /// Settings from a TOML file (keys in kebab-case, as Akka's), on top of
     /// the defaults.
     pub fn from_file(path: &Path) -> Result<Self, SettingsError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            SettingsError(format!("cannot read settings file {}: {e}", path.display()))
-        })?;
-        Self::from_toml(&text).map_err(|e| SettingsError(format!("{}: {e}", path.display())))
+        read_settings_file(path, Self::from_toml)
     }
 
     /// Settings from TOML text, on top of the defaults.

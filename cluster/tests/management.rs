@@ -657,3 +657,60 @@ fn application_routes_see_the_request_and_readiness_checks_gate_ready() {
         shutdown(vec![node]).await;
     });
 }
+
+#[test]
+fn liveness_and_startup_checks_gate_alive_and_startup() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use troupe_cluster::management::HealthCheck;
+
+    init_logging();
+    rt::block_on(async {
+        let flag_check = |flag: &Arc<AtomicBool>, why: &'static str| -> HealthCheck {
+            let flag = flag.clone();
+            Arc::new(move || {
+                let ok = flag.load(Ordering::SeqCst);
+                Box::pin(async move {
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err(why.to_string())
+                    }
+                })
+            })
+        };
+        let live = Arc::new(AtomicBool::new(true));
+        let started = Arc::new(AtomicBool::new(false));
+        let s = system();
+        let cluster = Cluster::start(&s, fast_settings(&[], &[])).unwrap();
+        let server = ManagementServer::start(
+            cluster,
+            ManagementSettings::new("127.0.0.1:0")
+                .with_liveness_check("loop", flag_check(&live, "the main loop is stuck"))
+                .with_startup_check("caches", flag_check(&started, "caches are loading")),
+        )
+        .unwrap();
+        let addr = server.local_addr();
+        // Not a member: not ready, but alive; not started until the check passes.
+        assert_eq!(get(addr, "/alive").await.status, 200);
+        assert_eq!(get(addr, "/ready").await.status, 503);
+        let answer = get(addr, "/startup").await;
+        assert_eq!(answer.status, 503);
+        assert_eq!(
+            answer.json()["failedChecks"],
+            serde_json::json!([{"name": "caches", "message": "caches are loading"}])
+        );
+        started.store(true, Ordering::SeqCst);
+        assert_eq!(get(addr, "/startup").await.status, 200);
+        live.store(false, Ordering::SeqCst);
+        let answer = get(addr, "/alive").await;
+        assert_eq!(answer.status, 503);
+        assert_eq!(answer.json()["failedChecks"][0]["name"], "loop");
+        // The contact point answers before the node has joined.
+        let answer = get(addr, "/bootstrap/seed-nodes").await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.json()["seedNodes"], serde_json::json!([]));
+        server.stop().await;
+        s.shutdown().await;
+    });
+}

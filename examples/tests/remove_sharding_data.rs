@@ -143,13 +143,17 @@ fn refuses_while_the_node_runs_and_removes_once_it_has_stopped() {
     let store = data.join("ddata.redb");
     seed(&store);
 
+    // A node of its own cluster (troupe-node needs something to join).
+    let port = support::free_port();
     let args = [
         "--http".to_string(),
         "127.0.0.1:0".to_string(),
         "--data-dir".to_string(),
         data.display().to_string(),
+        "--seed-nodes".to_string(),
+        format!("troupe://troupe@127.0.0.1:{port}"),
     ];
-    let mut node = Node::spawn(0, &args, &[], "remove-sharding-data");
+    let mut node = Node::spawn(port, &args, &[], "remove-sharding-data");
     // Logged once its replicator has the store open.
     node.wait_for("durable data in");
 

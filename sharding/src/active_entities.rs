@@ -16,8 +16,7 @@
 
 use crate::entity::Entity;
 use crate::extractor::EntityId;
-use crate::shard::{DrainTouches, Shard};
-use std::collections::HashMap;
+use crate::shard::{DrainTouches, EntityMap, Shard};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use troupe_core::ActorRef;
@@ -38,7 +37,7 @@ pub(crate) struct ActiveEntity<E: Entity> {
 
 /// The active entities of one local shard.
 pub(crate) struct ActiveEntities<E: Entity> {
-    table: RwLock<HashMap<EntityId, ActiveEntity<E>>>,
+    table: RwLock<EntityMap<ActiveEntity<E>>>,
     /// The current idle-check epoch (advanced by the shard).
     epoch: AtomicU32,
     /// Accessed ids, when a replacement policy wants them.
@@ -52,12 +51,17 @@ impl<E: Entity> ActiveEntities<E> {
     /// policy that orders entities by their accesses.
     pub(crate) fn new(record_touches: bool) -> Self {
         ActiveEntities {
-            table: RwLock::new(HashMap::new()),
+            table: RwLock::new(EntityMap::default()),
             epoch: AtomicU32::new(0),
             touches: record_touches.then(|| Mutex::new(Vec::new())),
             drain_requested: AtomicBool::new(false),
             shard: OnceLock::new(),
         }
+    }
+
+    /// The shard actor, once it is known.
+    pub(crate) fn shard(&self) -> Option<&ActorRef<Shard<E>>> {
+        self.shard.get()
     }
 
     /// The shard that replays the recorded accesses.
@@ -162,11 +166,11 @@ impl<E: Entity> ActiveEntities<E> {
         self.read().keys().cloned().collect()
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, HashMap<EntityId, ActiveEntity<E>>> {
+    fn read(&self) -> RwLockReadGuard<'_, EntityMap<ActiveEntity<E>>> {
         self.table.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, HashMap<EntityId, ActiveEntity<E>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, EntityMap<ActiveEntity<E>>> {
         self.table.write().unwrap_or_else(|e| e.into_inner())
     }
 }

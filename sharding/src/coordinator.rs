@@ -19,7 +19,7 @@ use crate::rebalance::{HandOffProgress, RebalanceWorker};
 use crate::region::{region_name, Region};
 use crate::remember::RememberedShardsStore;
 use crate::settings::ShardingSettings;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::marker::PhantomData;
 use std::time::Instant;
 use troupe_cluster::ddata::{Key, LWWRegister, ReadConsistency, Replicator, WriteConsistency};
@@ -34,6 +34,13 @@ pub(crate) struct RebalanceTick;
 /// A membership change (forwarded from the cluster's event stream).
 #[derive(Message)]
 pub(crate) struct MembershipChanged(ClusterEvent);
+
+/// Allocate the shards requested so far (`GetShardHome`s for shards
+/// without a home), together: sent to itself by the coordinator after the
+/// first such request, so that every request already in its mailbox
+/// joins the same batch.
+#[derive(Message)]
+pub(crate) struct AllocateRequested;
 
 /// The coordinator of entity type `E`.
 pub struct ShardCoordinator<E: Entity> {
@@ -52,6 +59,10 @@ pub struct ShardCoordinator<E: Entity> {
     shutting_down: BTreeSet<RegionId>,
     /// `HostShard`s not yet confirmed, and when they were sent.
     unconfirmed: HashMap<ShardId, (RegionId, Instant)>,
+    /// Shards without a home that regions asked for, with the regions
+    /// that asked, waiting for `AllocateRequested` (one is on its way
+    /// whenever this is not empty).
+    requested: BTreeMap<ShardId, Vec<RegionId>>,
     /// `min-nr-of-members` was reached once (it is not checked again).
     min_members_reached: bool,
     /// With remembered entities: the shards that have some, which are
@@ -99,6 +110,7 @@ impl<E: Entity> ShardCoordinator<E> {
             rebalancing: HashMap::new(),
             shutting_down: BTreeSet::new(),
             unconfirmed: HashMap::new(),
+            requested: BTreeMap::new(),
             min_members_reached: false,
             remembered,
             _entity: PhantomData,
@@ -115,27 +127,31 @@ impl<E: Entity> ShardCoordinator<E> {
     /// Writes the state; on failure (no majority in time) the write stays
     /// local and spreads by gossip, which is logged.
     async fn save(&mut self) {
+        self.write_state().await
+    }
+
+    /// The write of [`save`](Self::save), as a future that holds what it
+    /// needs (to run beside another write).
+    fn write_state(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let text = self.state.encode();
         let me = self.cluster.self_node().clone();
-        let initial = LWWRegister::new(&me, String::new());
-        let result = self
-            .replicator
-            .update(
-                &self.key,
-                initial,
-                self.write_consistency(),
-                move |mut r| {
+        let (replicator, key) = (self.replicator.clone(), self.key.clone());
+        let consistency = self.write_consistency();
+        async move {
+            let initial = LWWRegister::new(&me, String::new());
+            let result = replicator
+                .update(&key, initial, consistency, move |mut r| {
                     r.set(&me, text);
                     r
-                },
-            )
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(
-                "sharding: the coordinator state of `{}` was not written to a majority in time \
-                 ({e}); it spreads by gossip",
-                E::TYPE_NAME
-            );
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(
+                    "sharding: the coordinator state of `{}` was not written to a majority in \
+                     time ({e}); it spreads by gossip",
+                    E::TYPE_NAME
+                );
+            }
         }
     }
 
@@ -268,19 +284,53 @@ impl<E: Entity> ShardCoordinator<E> {
     /// Allocates `shard` (requested by `requester`) if the strategy finds
     /// a home; tells that region to host it and returns the home.
     async fn allocate(&mut self, shard: &ShardId, requester: &RegionId) -> Option<RegionId> {
-        if !self.allocation_ready() {
-            return None;
+        let requests = BTreeMap::from([(shard.clone(), requester.clone())]);
+        self.allocate_all(requests)
+            .await
+            .pop()
+            .map(|(_, home)| home)
+    }
+
+    /// Allocates the shards of `requests` (each asked for by a region)
+    /// that the strategy finds a home for, together: one write of the
+    /// state and one of the remembered shards for all of them, at once,
+    /// and only then is each home told to host its shard (so a home is
+    /// written before any region hears of it, and a coordinator that takes
+    /// over reads it and allocates no shard twice). Returns the shards
+    /// allocated with their homes.
+    async fn allocate_all(
+        &mut self,
+        requests: BTreeMap<ShardId, RegionId>,
+    ) -> Vec<(ShardId, RegionId)> {
+        if requests.is_empty() || !self.allocation_ready() {
+            return Vec::new();
         }
-        let home = self.choose_home(shard, requester)?;
-        self.state.allocate(shard, &home);
-        self.save().await;
-        self.remember_shard(shard).await;
-        tracing::debug!(
-            "sharding: shard {shard} of `{}` allocated to {home}",
-            E::TYPE_NAME
-        );
-        self.host(shard, &home, Instant::now());
-        Some(home)
+        let mut allocated = Vec::new();
+        for (shard, requester) in requests {
+            let Some(home) = self.choose_home(&shard, &requester) else {
+                continue;
+            };
+            self.state.allocate(&shard, &home);
+            allocated.push((shard, home));
+        }
+        if allocated.is_empty() {
+            return allocated;
+        }
+        let shards: Vec<ShardId> = allocated.iter().map(|(s, _)| s.clone()).collect();
+        let remember = self.remember_shards(&shards);
+        let ((), remembered) = futures_lite::future::zip(self.write_state(), remember).await;
+        if let (Some(remembered), Some((_, known))) = (remembered, &mut self.remembered) {
+            known.extend(remembered);
+        }
+        let now = Instant::now();
+        for (shard, home) in &allocated {
+            tracing::debug!(
+                "sharding: shard {shard} of `{}` allocated to {home}",
+                E::TYPE_NAME
+            );
+            self.host(shard, home, now);
+        }
+        allocated
     }
 
     /// The home the strategy chooses for `shard` among the regions that
@@ -318,24 +368,36 @@ impl<E: Entity> ShardCoordinator<E> {
         );
     }
 
-    /// Remembers a newly allocated shard (with remembered entities), so
-    /// that it is allocated again without a message after a restart of
-    /// the whole cluster. A failed write is retried on the next tick.
-    async fn remember_shard(&mut self, shard: &ShardId) {
-        let Some((store, known)) = &mut self.remembered else {
-            return;
-        };
-        if known.contains(shard) {
-            return;
-        }
-        match store.add(shard).await {
-            Ok(()) => {
-                known.insert(shard.clone());
+    /// Remembers newly allocated shards (with remembered entities), in
+    /// one write, so that they are allocated again without a message
+    /// after a restart of the whole cluster. Resolves to the shards now
+    /// remembered, for the caller to add to the known ones (`None`:
+    /// nothing written). A failed write is retried on the next tick.
+    fn remember_shards(
+        &self,
+        shards: &[ShardId],
+    ) -> impl std::future::Future<Output = Option<Vec<ShardId>>> + Send + 'static {
+        let write = self.remembered.as_ref().and_then(|(store, known)| {
+            let new: Vec<ShardId> = shards
+                .iter()
+                .filter(|s| !known.contains(*s))
+                .cloned()
+                .collect();
+            (!new.is_empty()).then(|| (store.clone(), new))
+        });
+        async move {
+            let (store, new) = write?;
+            match store.add_all(&new).await {
+                Ok(()) => Some(new),
+                Err(e) => {
+                    tracing::warn!(
+                        "sharding: coordinator of `{}` could not remember {} shards ({e}); retrying",
+                        E::TYPE_NAME,
+                        new.len()
+                    );
+                    None
+                }
             }
-            Err(e) => tracing::warn!(
-                "sharding: coordinator of `{}` could not remember shard {shard} ({e}); retrying",
-                E::TYPE_NAME
-            ),
         }
     }
 
@@ -592,7 +654,7 @@ impl<E: Entity> ShardCoordinator<E> {
         self.tell_region(&region, RegisterAck { homes });
     }
 
-    async fn on_get_shard_home(&mut self, msg: GetShardHome) {
+    async fn on_get_shard_home(&mut self, msg: GetShardHome, ctx: &mut Context<Self>) {
         let GetShardHome { shard, region } = msg;
         if self.rebalancing.contains_key(&shard) {
             return; // answered when the hand-off completes
@@ -607,15 +669,59 @@ impl<E: Entity> ShardCoordinator<E> {
             );
             return;
         }
-        if let Some(home) = self.allocate(&shard, &region).await {
-            if home != region {
-                self.tell_region(
-                    &region,
-                    ShardHome {
-                        shard,
-                        region: home,
-                    },
-                );
+        // Allocated with the other requests already in the mailbox.
+        if self.requested.is_empty() {
+            let _ = ctx.myself().tell(AllocateRequested);
+        }
+        let askers = self.requested.entry(shard).or_default();
+        if !askers.contains(&region) {
+            askers.push(region);
+        }
+    }
+
+    async fn on_allocate_requested(&mut self, _msg: AllocateRequested) {
+        let requested = std::mem::take(&mut self.requested);
+        let mut requests = BTreeMap::new();
+        for (shard, askers) in &requested {
+            // Answered when its hand-off completes.
+            if self.rebalancing.contains_key(shard) {
+                continue;
+            }
+            if let Some(home) = self.state.shards.get(shard).cloned() {
+                for region in askers {
+                    self.tell_region(
+                        region,
+                        ShardHome {
+                            shard: shard.clone(),
+                            region: home.clone(),
+                        },
+                    );
+                }
+                continue;
+            }
+            requests.insert(shard.clone(), askers[0].clone());
+        }
+        // Shards no region can host now are asked for again by their
+        // regions.
+        let allocated = self.allocate_all(requests).await;
+        if allocated.len() > 1 {
+            tracing::debug!(
+                "sharding: coordinator of `{}` allocated {} requested shards together",
+                E::TYPE_NAME,
+                allocated.len()
+            );
+        }
+        for (shard, home) in allocated {
+            for region in &requested[&shard] {
+                if *region != home {
+                    self.tell_region(
+                        region,
+                        ShardHome {
+                            shard: shard.clone(),
+                            region: home.clone(),
+                        },
+                    );
+                }
             }
         }
     }
@@ -715,8 +821,10 @@ impl<E: Entity> ShardCoordinator<E> {
                 .collect(),
             None => Vec::new(),
         };
-        for s in unremembered {
-            self.remember_shard(&s).await;
+        if let Some(remembered) = self.remember_shards(&unremembered).await {
+            if let Some((_, known)) = &mut self.remembered {
+                known.extend(remembered);
+            }
         }
         if !self.rebalancing.is_empty() {
             return;

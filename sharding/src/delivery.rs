@@ -24,14 +24,23 @@ pub(crate) struct Delivery<E: Entity> {
     counted: Counted<E>,
 }
 
+/// Which actor a counted message is travelling through.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Via {
+    /// The region actor (its mailbox or its buffers).
+    Region,
+    /// The shard actor (its mailbox or the buffers of its entities).
+    Shard,
+}
+
 /// Leaves the route's in-flight count when the message is delivered or
 /// dropped.
-struct Counted<E: Entity>(Option<Arc<ShardRoute<E>>>);
+pub(crate) struct Counted<E: Entity>(Option<(Arc<ShardRoute<E>>, Via)>);
 
 impl<E: Entity> Drop for Counted<E> {
     fn drop(&mut self) {
-        if let Some(route) = self.0.take() {
-            route.leave();
+        if let Some((route, via)) = self.0.take() {
+            route.leave(via);
         }
     }
 }
@@ -45,12 +54,36 @@ impl<E: Entity> Delivery<E> {
         }
     }
 
-    /// Counts this message in `route` until it is delivered or dropped.
-    pub(crate) fn count_in(&mut self, route: &Arc<ShardRoute<E>>) {
-        if self.counted.0.is_none() {
-            route.enter();
-            self.counted.0 = Some(route.clone());
+    /// Counts this message in `route` as travelling through `via` until it
+    /// is delivered or dropped (moving its count if it was counted as
+    /// travelling through the other actor: it enters the new count before
+    /// it leaves the old one, so the route is never seen quiet between).
+    pub(crate) fn count_in(&mut self, route: &Arc<ShardRoute<E>>, via: Via) {
+        drop(self.recount(route, via));
+    }
+
+    /// As [`count_in`](Self::count_in), but the old count is left only
+    /// when the returned guard is dropped: the region drops it once it
+    /// has queued the message at the shard, so that no sender sees the
+    /// region quiet and overtakes the message on its way.
+    pub(crate) fn recount(&mut self, route: &Arc<ShardRoute<E>>, via: Via) -> Counted<E> {
+        match self.counted.0.take() {
+            Some((r, v)) if v == via => {
+                self.counted.0 = Some((r, v));
+                Counted(None)
+            }
+            old => {
+                route.enter(via);
+                self.counted.0 = Some((route.clone(), via));
+                Counted(old)
+            }
         }
+    }
+
+    /// Through which actor this message is counted as travelling, if it
+    /// is.
+    pub(crate) fn counted_via(&self) -> Option<Via> {
+        self.counted.0.as_ref().map(|(_, v)| *v)
     }
 
     /// True while this message counts in its route's in-flight count.

@@ -48,10 +48,10 @@ pub trait EntityContext {
 
 impl<E: Entity> EntityContext for Context<E> {
     fn passivate(&mut self) {
-        let uid = self.myself().uid();
+        let entity = self.myself().to_any();
         match self.parent().and_then(|p| p.downcast::<Shard<E>>()) {
             Some(shard) => {
-                if shard.tell(Passivate { uid }).is_err() {
+                if shard.tell(Passivate { entity }).is_err() {
                     tracing::debug!(
                         "sharding: {} asked to be passivated but its shard has stopped",
                         self.myself().path()
@@ -71,5 +71,6 @@ impl<E: Entity> EntityContext for Context<E> {
 /// An entity (by its actor's uid) asks its shard to passivate it.
 #[derive(Message)]
 pub(crate) struct Passivate {
-    pub(crate) uid: u64,
+    /// The incarnation that asked.
+    pub(crate) entity: AnyActorRef,
 }

@@ -19,7 +19,7 @@
 use crate::active_entities::ActiveEntities;
 use crate::allocation::RegionId;
 use crate::coordinator::ShardCoordinator;
-use crate::delivery::{Delivery, Encoded, Typed};
+use crate::delivery::{Delivery, Encoded, Typed, Via};
 use crate::entity::Entity;
 use crate::extractor::{EntityId, ShardId, ShardIdExtractor};
 use crate::protocol::*;
@@ -46,9 +46,13 @@ pub(crate) fn region_name(type_name: &str) -> String {
 pub(crate) struct ShardRoute<E: Entity> {
     pub(crate) shard: ShardId,
     home: RwLock<Home<E>>,
-    /// Messages of this shard travelling through the region or shard
-    /// actors; while not zero, senders do not take the direct path.
-    in_flight: AtomicUsize,
+    /// Messages of this shard travelling through the region actor; while
+    /// not zero, senders send through it too (they would overtake them).
+    via_region: AtomicUsize,
+    /// Messages of this shard travelling through the local shard actor;
+    /// while not zero (or `via_region` is not), senders do not send to
+    /// entities directly.
+    via_shard: AtomicUsize,
 }
 
 /// A shard's home.
@@ -66,20 +70,30 @@ impl<E: Entity> ShardRoute<E> {
         ShardRoute {
             shard,
             home: RwLock::new(Home::Unknown),
-            in_flight: AtomicUsize::new(0),
+            via_region: AtomicUsize::new(0),
+            via_shard: AtomicUsize::new(0),
         }
     }
 
-    pub(crate) fn enter(&self) {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    fn counter(&self, via: Via) -> &AtomicUsize {
+        match via {
+            Via::Region => &self.via_region,
+            Via::Shard => &self.via_shard,
+        }
     }
 
-    pub(crate) fn leave(&self) {
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    pub(crate) fn enter(&self, via: Via) {
+        self.counter(via).fetch_add(1, Ordering::AcqRel);
     }
 
+    pub(crate) fn leave(&self, via: Via) {
+        self.counter(via).fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Nothing of this shard travels through the actors: a sender may
+    /// send to an entity directly.
     fn quiet(&self) -> bool {
-        self.in_flight.load(Ordering::Acquire) == 0
+        self.via_region.load(Ordering::Acquire) == 0 && self.via_shard.load(Ordering::Acquire) == 0
     }
 
     /// Changes the home. Takes the write lock, so every direct send that
@@ -108,7 +122,7 @@ pub(crate) struct RegionShared<E: Entity> {
     pub(crate) settings: ShardingSettings,
     /// Where remembered entities are kept.
     pub(crate) replicator: Replicator,
-    routes: RwLock<HashMap<ShardId, Arc<ShardRoute<E>>>>,
+    routes: RwLock<HashMap<ShardId, Arc<ShardRoute<E>>, foldhash::fast::RandomState>>,
     pub(crate) region: OnceLock<ActorRef<Region<E>>>,
     /// Messages in the region's buffers (checked by senders against
     /// `buffer_size`).
@@ -140,7 +154,7 @@ impl<E: Entity> RegionShared<E> {
             extractor,
             settings,
             replicator,
-            routes: RwLock::new(HashMap::new()),
+            routes: RwLock::new(HashMap::default()),
             region: OnceLock::new(),
             buffered: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
@@ -223,6 +237,26 @@ impl<E: Entity> RegionShared<E> {
         // sends all pass before the region had counted any of them, so
         // `buffer-size` was not a limit.) The region gives the place back
         // when it takes the message from its mailbox.
+        // A local shard: straight to the shard actor (the region actor,
+        // one for every shard, is not in the way), unless messages of the
+        // shard are in flight through the region (this one would overtake
+        // them).
+        {
+            let home = route.read_home();
+            if let Home::Local(local) = &*home {
+                if let Some(shard) = local.shard() {
+                    if route.via_region.load(Ordering::Acquire) == 0 {
+                        delivery.count_in(route, Via::Shard);
+                        match shard.tell(crate::shard::Deliver(delivery)) {
+                            Ok(()) => return Ok(()),
+                            // It stopped (a hand-off ended): the region
+                            // knows the shard's next home.
+                            Err(e) => delivery = e.into_message().0,
+                        }
+                    }
+                }
+            }
+        }
         let reserved = matches!(&*route.read_home(), Home::Unknown);
         let full = if reserved {
             let before = self.buffered.fetch_add(1, Ordering::AcqRel);
@@ -243,7 +277,7 @@ impl<E: Entity> RegionShared<E> {
             }
             return Err((Refused::RegionStopped, delivery));
         };
-        delivery.count_in(route);
+        delivery.count_in(route, Via::Region);
         self.via_region.fetch_add(1, Ordering::Relaxed);
         region
             .tell(Route(route.clone(), delivery, reserved))
@@ -474,10 +508,13 @@ impl<E: Entity> Region<E> {
         let home = route.read_home();
         match &*home {
             Home::Local(local) => {
-                // Straight to a running entity when nothing is in flight
-                // (this message itself counts when it came the slow way).
-                let counted_self = usize::from(delivery.is_counted());
-                if route.in_flight.load(Ordering::Acquire) == counted_self {
+                // Straight to a running entity when nothing else is in
+                // flight (this message itself counts when it came the slow
+                // way).
+                let own = |via| usize::from(delivery.counted_via() == Some(via));
+                if route.via_region.load(Ordering::Acquire) == own(Via::Region)
+                    && route.via_shard.load(Ordering::Acquire) == own(Via::Shard)
+                {
                     let id = delivery.entity.clone();
                     let system = &self.shared.system;
                     match local.send(&id, delivery, |actor, d| d.deliver_local(system, actor)) {
@@ -486,14 +523,10 @@ impl<E: Entity> Region<E> {
                     }
                 }
                 drop(home);
-                delivery.count_in(route);
                 match self.shards.get(shard) {
                     Some((actor, _)) => {
-                        if let Err(e) = actor.tell(crate::shard::Deliver(delivery)) {
-                            // The shard stopped (hand-off finished): buffer.
-                            let crate::shard::Deliver(d) = e.into_message();
-                            self.buffer(route, d);
-                        }
+                        let actor = actor.clone();
+                        self.hand_to_shard(route, &actor, delivery);
                     }
                     None => self.buffer(route, delivery),
                 }
@@ -506,6 +539,24 @@ impl<E: Entity> Region<E> {
         }
     }
 
+    /// Queues a message at the local shard actor; buffers it if the shard
+    /// has stopped (its hand-off finished).
+    fn hand_to_shard(
+        &mut self,
+        route: &Arc<ShardRoute<E>>,
+        shard: &ActorRef<Shard<E>>,
+        mut delivery: Delivery<E>,
+    ) {
+        // Counted as travelling through the region until it is queued at
+        // the shard.
+        let through_region = delivery.recount(route, Via::Shard);
+        if let Err(e) = shard.tell(crate::shard::Deliver(delivery)) {
+            let crate::shard::Deliver(d) = e.into_message();
+            self.buffer(route, d);
+        }
+        drop(through_region);
+    }
+
     fn buffer(&mut self, route: &Arc<ShardRoute<E>>, mut delivery: Delivery<E>) {
         let total = self.shared.buffered.load(Ordering::Relaxed);
         if total >= self.shared.settings.buffer_size && !delivery.is_counted() {
@@ -513,7 +564,7 @@ impl<E: Entity> Region<E> {
             delivery.fail(AskError::MailboxFull);
             return;
         }
-        delivery.count_in(route);
+        delivery.count_in(route, Via::Region);
         self.shared.buffered.fetch_add(1, Ordering::Relaxed);
         self.buffers
             .entry(route.shard.clone())
@@ -611,9 +662,7 @@ impl<E: Entity> Region<E> {
             let local = self.shards[&shard].1.clone();
             route.set_home(Home::Local(local));
             for d in self.take_buffer(&shard) {
-                if let Err(e) = actor.tell(crate::shard::Deliver(d)) {
-                    e.into_message().0.fail(AskError::Stopped);
-                }
+                self.hand_to_shard(&route, &actor, d);
             }
         } else {
             if self.shards.contains_key(&shard) {

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use troupe_cluster::ddata::{DataError, Key, ORSet, ReadConsistency, Replicator, WriteConsistency};
 use troupe_cluster::UniqueAddress;
+use troupe_core::rt;
 
 /// Majority writes and reads, with the sharding's state timeouts.
 fn consistencies(settings: &ShardingSettings) -> (WriteConsistency, ReadConsistency) {
@@ -84,19 +85,32 @@ impl RememberedEntitiesStore {
         }
     }
 
-    /// Every remembered entity of the shard.
+    /// Every remembered entity of the shard (its keys read at once).
     pub(crate) async fn load(&self) -> Result<Vec<EntityId>, DataError> {
+        let reads: Vec<_> = self
+            .keys
+            .iter()
+            .map(|key| {
+                let (replicator, key, read) = (self.replicator.clone(), key.clone(), self.read);
+                rt::spawn(async move { read_set(&replicator, &key, read).await })
+            })
+            .collect();
         let mut ids = Vec::new();
-        for key in &self.keys {
-            let set = read_set(&self.replicator, key, self.read).await?;
-            ids.extend(set.iter().map(|id| EntityId::from(id.as_str())));
+        let mut first_error = None;
+        for read in reads {
+            match read.await {
+                Ok(set) => ids.extend(set.iter().map(|id| EntityId::from(id.as_str()))),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        Ok(ids)
+        first_error.map_or(Ok(ids), Err)
     }
 
     /// Remembers `started` and forgets `stopped`: one write per key
-    /// touched, all of it or an error (a retry writes it all again, which
-    /// changes nothing for what was written).
+    /// touched, the keys written at once, all of it or an error (a retry
+    /// writes it all again, which changes nothing for what was written).
     pub(crate) async fn update(
         &self,
         started: &[EntityId],
@@ -117,23 +131,30 @@ impl RememberedEntitiesStore {
                 .1
                 .push(id.to_string());
         }
-        let mut first_error = None;
-        for (n, (add, remove)) in by_key {
-            let node = self.self_node.clone();
-            let key = &self.keys[n as usize];
-            let result = self
-                .replicator
-                .update(key, ORSet::new(), self.write, move |mut set| {
-                    for id in add {
-                        set.add(&node, id);
-                    }
-                    for id in &remove {
-                        set.remove(&node, id);
-                    }
-                    set
+        let writes: Vec<_> = by_key
+            .into_iter()
+            .map(|(n, (add, remove))| {
+                let node = self.self_node.clone();
+                let key = self.keys[n as usize].clone();
+                let (replicator, write) = (self.replicator.clone(), self.write);
+                rt::spawn(async move {
+                    replicator
+                        .update(&key, ORSet::new(), write, move |mut set| {
+                            for id in add {
+                                set.add(&node, id);
+                            }
+                            for id in &remove {
+                                set.remove(&node, id);
+                            }
+                            set
+                        })
+                        .await
                 })
-                .await;
-            if let Err(e) = result {
+            })
+            .collect();
+        let mut first_error = None;
+        for write in writes {
+            if let Err(e) = write.await {
                 first_error.get_or_insert(e);
             }
         }
@@ -174,14 +195,16 @@ impl RememberedShardsStore {
         Ok(set.iter().map(|s| ShardId::from(s.as_str())).collect())
     }
 
-    /// Remembers a shard (allocated for the first time).
-    pub(crate) async fn add(&self, shard: &ShardId) -> Result<(), DataError> {
+    /// Remembers shards (allocated for the first time), in one write.
+    pub(crate) async fn add_all(&self, shards: &[ShardId]) -> Result<(), DataError> {
         let node = self.self_node.clone();
-        let shard = shard.to_string();
+        let shards: Vec<String> = shards.iter().map(|s| s.to_string()).collect();
         self.replicator
             .update(&self.key, ORSet::new(), self.write, move |mut set| {
-                if !set.contains(&shard) {
-                    set.add(&node, shard);
+                for shard in shards {
+                    if !set.contains(&shard) {
+                        set.add(&node, shard);
+                    }
                 }
                 set
             })

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use troupe_cluster::ddata::DataError;
 use troupe_core::prelude::*;
-use troupe_core::{ActorPath, AskError, Props};
+use troupe_core::{ActorPath, AskError, Props, SpawnError};
 
 /// What a shard starts with.
 pub(crate) struct ShardStart<E: Entity> {
@@ -144,12 +144,18 @@ struct Remember<E: Entity> {
     recovery: VecDeque<EntityId>,
 }
 
+/// A map keyed by entity id (foldhash: several times cheaper than SipHash
+/// on short ids, and seeded per map).
+pub(crate) type EntityMap<V> = HashMap<EntityId, V, foldhash::fast::RandomState>;
+
 /// The entities of one shard on this node.
 pub(crate) struct Shard<E: Entity> {
     start: ShardStart<E>,
-    entities: HashMap<EntityId, EntityState<E>>,
-    /// Which entity a watched actor is (by uid).
-    by_uid: HashMap<u64, EntityId>,
+    entities: EntityMap<EntityState<E>>,
+    /// The entities whose actor could not be named by their id (the id is
+    /// not a valid actor name, or the name was still taken by the previous
+    /// incarnation), by uid. The others are known by their actor's name.
+    unnamed: HashMap<u64, EntityId>,
     handing_off: bool,
     /// The replacement policy under an active-entity limit.
     limit: Option<Box<dyn EntityLimit>>,
@@ -162,6 +168,9 @@ pub(crate) struct Shard<E: Entity> {
 
 impl<E: Entity> Actor for Shard<E> {
     async fn started(&mut self, ctx: &mut Context<Self>) {
+        // Entities are this shard's only children: one watch for all
+        // (a watch per entity would cost each an allocation or three).
+        ctx.watch_children();
         let passivation = self.start.settings.effective_passivation();
         if let (Some(timeout), Some(interval)) =
             (passivation.idle_timeout(), passivation.idle_interval())
@@ -193,8 +202,8 @@ impl<E: Entity> Shard<E> {
         });
         Shard {
             start,
-            entities: HashMap::new(),
-            by_uid: HashMap::new(),
+            entities: EntityMap::default(),
+            unnamed: HashMap::new(),
             handing_off: false,
             limit,
             idle_epochs: None,
@@ -204,18 +213,28 @@ impl<E: Entity> Shard<E> {
     }
 
     fn spawn_entity(&mut self, id: &EntityId, ctx: &mut Context<Self>) -> Option<ActorRef<E>> {
-        let make = self.start.factory.make.clone();
-        let eid = id.clone();
-        let mut props = Props::from_factory(move || make(eid.clone()));
-        if let Some(name) = actor_name(id) {
-            props = props.with_name(name);
-        }
-        match ctx.spawn_props(props) {
-            Ok(actor) => {
-                ctx.watch(&actor);
-                self.by_uid.insert(actor.uid(), id.clone());
-                Some(actor)
+        let props = || {
+            let make = self.start.factory.make.clone();
+            let eid = id.clone();
+            Props::from_factory(move || make(eid.clone()))
+        };
+        let named = match actor_name(id) {
+            Some(name) => ctx.spawn_props(props().with_name(name)),
+            None => Err(SpawnError::InvalidName(String::new())),
+        };
+        let spawned = match named {
+            Ok(actor) => Ok(actor),
+            // The previous incarnation, which stopped by itself, may hold
+            // the name until it has terminated: run unnamed.
+            Err(SpawnError::NameTaken(_) | SpawnError::InvalidName(_)) => {
+                ctx.spawn_props(props()).inspect(|actor| {
+                    self.unnamed.insert(actor.uid(), id.clone());
+                })
             }
+            Err(e) => Err(e),
+        };
+        match spawned {
+            Ok(actor) => Some(actor),
             Err(e) => {
                 tracing::error!(
                     "sharding: cannot start entity `{id}` of `{}` in shard {}: {e}",
@@ -348,7 +367,7 @@ impl<E: Entity> Shard<E> {
                     Err(d) => delivery = d,
                 }
                 let old = actor.uid();
-                self.by_uid.remove(&old);
+                self.unnamed.remove(&old);
                 self.entities.remove(&id);
                 self.start.local.remove(&id);
                 if let Some(limit) = &mut self.limit {
@@ -431,6 +450,22 @@ impl<E: Entity> Shard<E> {
         }
     }
 
+    /// The entity whose current incarnation is `actor` (none for an
+    /// incarnation that is gone already).
+    fn entity_of(&self, actor: &AnyActorRef) -> Option<EntityId> {
+        let uid = actor.uid();
+        let (id, state) = match self.unnamed.get(&uid) {
+            Some(id) => self.entities.get_key_value(&**id)?,
+            None => self.entities.get_key_value(&*actor.name())?,
+        };
+        match state {
+            EntityState::Active(a) | EntityState::Passivating(a, _) if a.uid() == uid => {
+                Some(id.clone())
+            }
+            _ => None,
+        }
+    }
+
     fn finish_hand_off_if_done(&mut self, ctx: &mut Context<Self>) {
         let stopping = self
             .entities
@@ -453,9 +488,10 @@ impl<E: Entity> Shard<E> {
     }
 
     async fn on_terminated(&mut self, msg: Terminated, ctx: &mut Context<Self>) {
-        let Some(id) = self.by_uid.remove(&msg.actor.uid()) else {
+        let Some(id) = self.entity_of(&msg.actor) else {
             return;
         };
+        self.unnamed.remove(&msg.actor.uid());
         if let Some(limit) = &mut self.limit {
             limit.entity_terminated(&id);
         }
@@ -580,14 +616,14 @@ impl<E: Entity> Shard<E> {
     }
 
     async fn on_passivate(&mut self, msg: Passivate) {
-        let Some(id) = self.by_uid.get(&msg.uid).cloned() else {
+        let Some(id) = self.entity_of(&msg.entity) else {
             return;
         };
         if self.handing_off {
             // Its stop message is already on the way.
             return;
         }
-        if matches!(self.entities.get(&id), Some(EntityState::Active(a)) if a.uid() == msg.uid) {
+        if matches!(self.entities.get(&id), Some(EntityState::Active(_))) {
             self.passivate(&id);
         }
     }

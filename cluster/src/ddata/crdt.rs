@@ -21,6 +21,17 @@ pub trait ReplicatedData: Clone + PartialEq + Send + Sync + 'static {
     /// The least upper bound of `self` and `other`.
     fn merge(&self, other: &Self) -> Self;
 
+    /// Whether `other` already includes all of `self`, so that
+    /// `self.merge(other)` equals `other`: a replicator then takes `other`
+    /// as it is instead of merging (and encoding the result). `false`, the
+    /// default, is always correct; `true` must imply that the merge equals
+    /// `other`. [`ORSet`](super::ORSet) answers it without building the
+    /// merge.
+    fn is_covered_by(&self, other: &Self) -> bool {
+        let _ = other;
+        false
+    }
+
     /// The nodes that have changed this state and would need pruning if
     /// they were removed from the cluster.
     fn modified_by_nodes(&self) -> BTreeSet<UniqueAddress> {

@@ -12,6 +12,7 @@ use super::types::{Erased, TypeRegistry};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -515,8 +516,43 @@ impl DurableStore {
         Ok(out)
     }
 
+    /// Writes `changes` (a stored value, or `None` to remove the key) in
+    /// one write transaction, durably: committed before it returns, all
+    /// of them or, on an error, none.
+    pub(crate) fn commit(&self, changes: &[(&str, Option<&StoredValue>)]) -> Result<(), String> {
+        #[cfg(test)]
+        if faults::failing(&self.path) {
+            return Err(self.err("injected failure (tests)"));
+        }
+        let w = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut t = w.open_table(TABLE).map_err(|e| self.err(e))?;
+            let mut m = w.open_table(PRUNING).map_err(|e| self.err(e))?;
+            for (key, change) in changes {
+                match change {
+                    Some(v) => {
+                        t.insert(*key, (v.type_name.as_str(), &v.bytes[..]))
+                            .map_err(|e| self.err(e))?;
+                        if v.pruning.is_empty() {
+                            m.remove(*key).map_err(|e| self.err(e))?;
+                        } else {
+                            m.insert(*key, v.pruning.as_slice())
+                                .map_err(|e| self.err(e))?;
+                        }
+                    }
+                    None => {
+                        t.remove(*key).map_err(|e| self.err(e))?;
+                        m.remove(*key).map_err(|e| self.err(e))?;
+                    }
+                }
+            }
+        }
+        w.commit().map_err(|e| self.err(e))
+    }
+
     /// Stores one entry and its pruning marks (durably: the write is
     /// committed before it returns).
+    #[cfg(test)]
     pub(crate) fn store(
         &self,
         key: &str,
@@ -524,30 +560,263 @@ impl DurableStore {
         bytes: &[u8],
         pruning: &[u8],
     ) -> Result<(), String> {
-        let w = self.db.begin_write().map_err(|e| self.err(e))?;
-        {
-            let mut t = w.open_table(TABLE).map_err(|e| self.err(e))?;
-            t.insert(key, (type_name, bytes)).map_err(|e| self.err(e))?;
-            let mut m = w.open_table(PRUNING).map_err(|e| self.err(e))?;
-            if pruning.is_empty() {
-                m.remove(key).map_err(|e| self.err(e))?;
-            } else {
-                m.insert(key, pruning).map_err(|e| self.err(e))?;
-            }
-        }
-        w.commit().map_err(|e| self.err(e))
+        let value = StoredValue {
+            type_name: type_name.to_string(),
+            bytes: bytes.into(),
+            pruning: pruning.to_vec(),
+        };
+        self.commit(&[(key, Some(&value))])
     }
 
     /// Removes an entry.
+    #[cfg(test)]
     pub(crate) fn remove(&self, key: &str) -> Result<(), String> {
-        let w = self.db.begin_write().map_err(|e| self.err(e))?;
-        {
-            let mut t = w.open_table(TABLE).map_err(|e| self.err(e))?;
-            t.remove(key).map_err(|e| self.err(e))?;
-            let mut m = w.open_table(PRUNING).map_err(|e| self.err(e))?;
-            m.remove(key).map_err(|e| self.err(e))?;
+        self.commit(&[(key, None)])
+    }
+}
+
+/// What a durable key holds on disk: its type name, its encoded replica
+/// (shared with the replicator's copy, not copied) and its pruning marks.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredValue {
+    pub(crate) type_name: String,
+    pub(crate) bytes: Arc<[u8]>,
+    /// MessagePack of the marks; empty for none.
+    pub(crate) pruning: Vec<u8>,
+}
+
+/// Where the store thread commits its groups: the store itself, or (in
+/// tests) a stand-in that fails or holds a commit on demand.
+pub(crate) trait CommitGroup: Send + 'static {
+    /// Writes the changes in one transaction (see [`DurableStore::commit`]).
+    fn commit_group(&mut self, changes: &[(&str, Option<&StoredValue>)]) -> Result<(), String>;
+}
+
+impl CommitGroup for DurableStore {
+    fn commit_group(&mut self, changes: &[(&str, Option<&StoredValue>)]) -> Result<(), String> {
+        self.commit(changes)
+    }
+}
+
+/// Called once with the outcome of a commit: `Err` holds a complete
+/// message for the caller.
+pub(crate) type Committed = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// The work of the store thread, in the order the replicator sent it.
+enum Job {
+    /// The key's new value (`None`: removed).
+    Write {
+        key: String,
+        value: Option<StoredValue>,
+    },
+    /// Report whether the key's latest write sent before this one is
+    /// committed (`Ok` if it was never written, or is on disk).
+    Sync { key: String, done: Committed },
+}
+
+/// A group is cut at this many jobs or this many bytes of values, so that
+/// one commit stays short even when writes pile up.
+const MAX_GROUP_JOBS: usize = 4096;
+const MAX_GROUP_BYTES: usize = 16 << 20;
+
+/// The replicator's writer of durable keys: a thread of its own that owns
+/// the store and commits writes in groups. Whatever queued while a commit
+/// (and its disk sync) was under way goes into the next one, a single
+/// transaction, so that the number of commits per second does not bound
+/// the number of writes; the replicator's actor never waits for the disk.
+///
+/// Writes are fire-and-forget ([`DurableWriter::write`]); a caller that
+/// must know its change is on disk sends [`DurableWriter::sync`] after
+/// it, which is answered after the commit of the group holding the key's
+/// latest write, with that commit's outcome. A failed commit fails every
+/// write of its group (and every later `sync` of their keys until a
+/// later write of the key is committed); nothing is acknowledged before
+/// it is committed.
+pub(crate) struct DurableWriter {
+    jobs: Option<std::sync::mpsc::Sender<Job>>,
+    /// Answered (or dropped) when the thread has ended and the store is
+    /// closed. (In a mutex only to make the writer `Sync`.)
+    ended: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
+    path: PathBuf,
+}
+
+impl DurableWriter {
+    /// Starts the store thread on `store` (the file at `path`, for
+    /// messages).
+    pub(crate) fn start(store: impl CommitGroup, path: &Path) -> Result<Self, String> {
+        let (jobs, queue) = std::sync::mpsc::channel();
+        let (ended_tx, ended) = oneshot::channel();
+        let label = path.display().to_string();
+        std::thread::Builder::new()
+            .name("troupe-ddata-store".into())
+            .spawn(move || {
+                run_store_thread(store, queue, &label);
+                let _ = ended_tx.send(());
+            })
+            .map_err(|e| {
+                format!(
+                    "cannot start the thread of durable store {}: {e}",
+                    path.display()
+                )
+            })?;
+        Ok(DurableWriter {
+            jobs: Some(jobs),
+            ended: std::sync::Mutex::new(Some(ended)),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Queues the new value of `key` (`None`: removed) for the next group.
+    pub(crate) fn write(&self, key: &str, value: Option<StoredValue>) {
+        if let Some(jobs) = &self.jobs {
+            // A thread that ended has failed every sync; nothing to add.
+            let _ = jobs.send(Job::Write {
+                key: key.to_string(),
+                value,
+            });
         }
-        w.commit().map_err(|e| self.err(e))
+    }
+
+    /// Calls `done` once the latest write of `key` queued so far is
+    /// committed (at once, from the store thread, if there is none
+    /// pending), with the outcome of its commit.
+    pub(crate) fn sync(&self, key: &str, done: Committed) {
+        let job = Job::Sync {
+            key: key.to_string(),
+            done,
+        };
+        let failed = match &self.jobs {
+            Some(jobs) => jobs.send(job).err().map(|e| e.0),
+            None => Some(job),
+        };
+        if let Some(Job::Sync { done, .. }) = failed {
+            done(Err(format!(
+                "durable store {}: its writer has stopped",
+                self.path.display()
+            )));
+        }
+    }
+
+    /// Commits what is queued, ends the thread and closes the store (its
+    /// lock released) before it returns.
+    pub(crate) async fn close(&mut self) {
+        self.jobs = None;
+        let ended = self
+            .ended
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(ended) = ended {
+            let _ = ended.await;
+        }
+    }
+}
+
+impl Drop for DurableWriter {
+    /// Without [`DurableWriter::close`], the thread still commits what is
+    /// queued and closes the store, on its own.
+    fn drop(&mut self) {
+        self.jobs = None;
+    }
+}
+
+/// The store thread: commits groups until the writer is dropped, then
+/// closes the store.
+fn run_store_thread(
+    mut store: impl CommitGroup,
+    queue: std::sync::mpsc::Receiver<Job>,
+    label: &str,
+) {
+    // Keys whose latest commit failed, with its error: a later sync of
+    // such a key fails too, until a write of it is committed.
+    let mut failed: HashMap<String, String> = HashMap::new();
+    while let Ok(first) = queue.recv() {
+        let mut group = vec![first];
+        let mut bytes = 0;
+        while group.len() < MAX_GROUP_JOBS && bytes < MAX_GROUP_BYTES {
+            match queue.try_recv() {
+                Ok(job) => {
+                    if let Job::Write { value: Some(v), .. } = &job {
+                        bytes += v.bytes.len();
+                    }
+                    group.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        // The latest value of each key written in the group.
+        let mut latest: HashMap<&str, Option<&StoredValue>> = HashMap::new();
+        for job in &group {
+            if let Job::Write { key, value } = job {
+                latest.insert(key.as_str(), value.as_ref());
+            }
+        }
+        let result = if latest.is_empty() {
+            Ok(())
+        } else {
+            let changes: Vec<(&str, Option<&StoredValue>)> =
+                latest.iter().map(|(k, v)| (*k, *v)).collect();
+            store.commit_group(&changes).map_err(|e| {
+                let message = format!(
+                    "the commit of a group of {} durable keys failed, none of them is on disk                      (the values stay in memory and spread by gossip; a retried update writes                      them again): {e}",
+                    changes.len()
+                );
+                tracing::error!("{label}: {message}");
+                message
+            })
+        };
+        let written: HashSet<String> = latest.keys().map(|k| k.to_string()).collect();
+        match &result {
+            Ok(()) => {
+                for k in &written {
+                    failed.remove(k);
+                }
+            }
+            Err(e) => {
+                for k in written.iter() {
+                    failed.insert(k.clone(), e.clone());
+                }
+            }
+        }
+        drop(latest);
+        for job in group {
+            if let Job::Sync { key, done } = job {
+                let outcome = if written.contains(&key) {
+                    result.clone()
+                } else {
+                    failed.get(&key).map_or(Ok(()), |e| Err(e.clone()))
+                };
+                done(outcome);
+            }
+        }
+    }
+    drop(store);
+}
+
+/// A fault switch for tests: commits to the stores named here fail.
+#[cfg(test)]
+pub(crate) mod faults {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    static FAILING: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+    /// Makes every commit to the store at `path` fail (or work again).
+    pub(crate) fn fail_commits(path: &Path, fail: bool) {
+        let mut failing = FAILING.lock().unwrap_or_else(|e| e.into_inner());
+        if fail {
+            failing.insert(path.to_path_buf());
+        } else {
+            failing.remove(path);
+        }
+    }
+
+    pub(crate) fn failing(path: &Path) -> bool {
+        FAILING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(path)
     }
 }
 
@@ -597,6 +866,207 @@ mod tests {
         store
             .store(key, name, &erase(value, name).encode(), marks)
             .unwrap();
+    }
+
+    /// A store whose commits say when they begin and wait for a token
+    /// each (so that the test decides what goes into a group), and that
+    /// records its group sizes.
+    struct Gated {
+        store: DurableStore,
+        entered: std::sync::mpsc::Sender<()>,
+        tokens: std::sync::mpsc::Receiver<()>,
+        groups: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    }
+
+    /// A gated store on a new store at `path`: its groups, the receiver of
+    /// "a commit began" and the sender of tokens.
+    #[allow(clippy::type_complexity)]
+    fn gated(
+        path: &Path,
+    ) -> (
+        Gated,
+        std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        let (tokens, gate) = std::sync::mpsc::channel();
+        let (entered, began) = std::sync::mpsc::channel();
+        let groups = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let store = Gated {
+            store: DurableStore::open(path).unwrap(),
+            entered,
+            tokens: gate,
+            groups: groups.clone(),
+        };
+        (store, groups, began, tokens)
+    }
+
+    /// Waits until the store thread is inside a commit.
+    fn wait_entered(began: &std::sync::mpsc::Receiver<()>) {
+        began
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a commit begins within 10 s");
+    }
+
+    impl CommitGroup for Gated {
+        fn commit_group(&mut self, changes: &[(&str, Option<&StoredValue>)]) -> Result<(), String> {
+            let _ = self.entered.send(());
+            self.tokens
+                .recv()
+                .map_err(|_| "the test ended".to_string())?;
+            self.groups.lock().unwrap().push(changes.len());
+            self.store.commit(changes)
+        }
+    }
+
+    fn value(n: u64) -> StoredValue {
+        let mut c = GCounter::new();
+        c.increment(&node(1), n);
+        StoredValue {
+            type_name: "GCounter".into(),
+            bytes: erase(c, "GCounter").encode().into(),
+            pruning: Vec::new(),
+        }
+    }
+
+    type Outcomes = std::sync::mpsc::Receiver<(String, Result<(), String>)>;
+
+    /// Sends `sync` for `key`; its outcome comes out of the returned
+    /// channel's receiver.
+    fn sync(
+        writer: &DurableWriter,
+        key: &str,
+        outcomes: &std::sync::mpsc::Sender<(String, Result<(), String>)>,
+    ) {
+        let (tx, k) = (outcomes.clone(), key.to_string());
+        writer.sync(key, Box::new(move |r| tx.send((k, r)).unwrap()));
+    }
+
+    /// The next `n` outcomes, waiting at most 10 s for each.
+    fn outcomes(rx: &Outcomes, n: usize) -> Vec<(String, Result<(), String>)> {
+        (0..n)
+            .map(|_| {
+                rx.recv_timeout(std::time::Duration::from_secs(10))
+                    .expect("an outcome within 10 s")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn concurrent_writes_are_committed_in_groups_and_acknowledged_after_their_commit() {
+        let dir = temp_dir("group");
+        let path = dir.join("ddata.redb");
+        let (store, groups, began, tokens) = gated(&path);
+        let writer = std::sync::Arc::new(DurableWriter::start(store, &path).unwrap());
+        let (out, acks) = std::sync::mpsc::channel();
+        // The first write's commit is held: everything the writers send
+        // meanwhile queues behind it.
+        writer.write("first", Some(value(1)));
+        sync(&writer, "first", &out);
+        wait_entered(&began);
+        // 8 threads, 50 keys each, every key written twice, each write
+        // followed by its sync.
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (writer, out) = (writer.clone(), out.clone());
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let key = format!("k-{t}-{i}");
+                        for n in [1, 2] {
+                            writer.write(&key, Some(value(n)));
+                            sync(&writer, &key, &out);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(
+            acks.try_recv().is_err(),
+            "nothing is acknowledged before its commit"
+        );
+        // Two commits: the held one, then one group of the 400 writes.
+        tokens.send(()).unwrap();
+        tokens.send(()).unwrap();
+        let got = outcomes(&acks, 801);
+        assert!(got.iter().all(|(_, r)| r.is_ok()), "{got:?}");
+        assert_eq!(
+            *groups.lock().unwrap(),
+            [1, 400],
+            "one key, then 400 in one group"
+        );
+        // A sync with nothing pending is answered without a commit.
+        sync(&writer, "k-0-0", &out);
+        assert!(outcomes(&acks, 1)[0].1.is_ok());
+        // Closing commits nothing more and releases the store.
+        let mut writer = std::sync::Arc::into_inner(writer).expect("the threads are done");
+        troupe_core::rt::block_on(writer.close());
+        let store = DurableStore::open_existing(&path).expect("closed and unlocked");
+        assert_eq!(store.keys().unwrap().len(), 401);
+        for t in 0..8 {
+            for i in 0..50 {
+                let c: GCounter = store.get(&format!("k-{t}-{i}")).unwrap().unwrap();
+                assert_eq!(c.value(), 2, "the latest write of the key");
+            }
+        }
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_failed_commit_fails_every_write_of_its_group() {
+        let dir = temp_dir("fail");
+        let path = dir.join("ddata.redb");
+        let (store, groups, began, tokens) = gated(&path);
+        let mut writer = DurableWriter::start(store, &path).unwrap();
+        let (out, acks) = std::sync::mpsc::channel();
+        writer.write("ok", Some(value(1)));
+        sync(&writer, "ok", &out);
+        wait_entered(&began);
+        // Queued behind the held commit: one group of five.
+        for i in 0..5 {
+            writer.write(&format!("bad-{i}"), Some(value(1)));
+            sync(&writer, &format!("bad-{i}"), &out);
+        }
+        tokens.send(()).unwrap();
+        assert_eq!(outcomes(&acks, 1)[0], ("ok".to_string(), Ok(())));
+        faults::fail_commits(&path, true);
+        tokens.send(()).unwrap();
+        let failed = outcomes(&acks, 5);
+        for (key, r) in &failed {
+            let e = r.as_ref().expect_err("the group's commit failed");
+            assert!(key.starts_with("bad-"));
+            assert!(e.contains("group of 5 durable keys failed"), "{e}");
+            assert!(e.contains("none of them is on disk"), "{e}");
+            assert!(e.contains(&path.display().to_string()), "{e}");
+        }
+        // Until a write of it is committed, a failed key stays failed.
+        sync(&writer, "bad-0", &out);
+        assert!(outcomes(&acks, 1)[0].1.is_err());
+        faults::fail_commits(&path, false);
+        writer.write("bad-0", Some(value(2)));
+        sync(&writer, "bad-0", &out);
+        sync(&writer, "bad-1", &out);
+        tokens.send(()).unwrap();
+        let again = outcomes(&acks, 2);
+        assert_eq!(again[0], ("bad-0".to_string(), Ok(())));
+        assert!(again[1].1.is_err(), "bad-1 was not written again");
+        assert_eq!(*groups.lock().unwrap(), [1, 5, 1]);
+        drop(tokens);
+        troupe_core::rt::block_on(writer.close());
+        // A sync after the writer stopped fails at once, clearly.
+        sync(&writer, "ok", &out);
+        let (_, r) = &outcomes(&acks, 1)[0];
+        assert!(
+            r.as_ref().unwrap_err().contains("writer has stopped"),
+            "{r:?}"
+        );
+        let store = DurableStore::open_existing(&path).unwrap();
+        assert_eq!(store.keys().unwrap(), ["bad-0", "ok"]);
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! subscribers, and keeps durable keys on disk. It follows Akka's
 //! `Replicator`, with full-state replication.
 
-use super::durable::DurableStore;
+use super::durable::{Committed, DurableStore, DurableWriter, StoredValue};
 use super::pruning::{
     add_seen, decode_marks, encode_marks, is_obsolete, merge_pruning, Pruning, PruningState,
 };
@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use troupe_core::prelude::*;
-use troupe_core::{rt, Props};
+use troupe_core::{rt, Props, Replier};
 
 const NAME: &str = "ddata-replicator";
 
@@ -226,6 +226,11 @@ pub enum DataError {
     WrongType(String),
     /// The replicator has stopped.
     Stopped,
+    /// A durable key's change could not be committed to this node's
+    /// durable store (the message says why). The change is applied in
+    /// memory, and replicated as asked, but is not on this node's disk; an
+    /// update that is tried again writes the whole value again.
+    Store(String),
 }
 
 impl fmt::Display for DataError {
@@ -239,6 +244,7 @@ impl fmt::Display for DataError {
             ),
             DataError::WrongType(m) => f.write_str(m),
             DataError::Stopped => f.write_str("the replicator has stopped"),
+            DataError::Store(m) => write!(f, "not stored durably: {m}"),
         }
     }
 }
@@ -343,15 +349,18 @@ pub(crate) struct DGossip {
 enum Value {
     Data(Box<dyn Erased>),
     Deleted,
-    /// Loaded from disk with a type not registered yet.
+    /// Loaded from disk with a type not registered yet (its bytes are the
+    /// entry's `encoded`).
     Raw {
         type_name: String,
-        bytes: Vec<u8>,
     },
 }
 
 struct Entry {
     value: Value,
+    /// The value encoded (empty when deleted), made once per change and
+    /// used for the digests, the wire and the durable store.
+    encoded: Arc<[u8]>,
     pruning: Pruning,
     /// Of the value alone: tells a change of the marks from one of the data.
     data_digest: u64,
@@ -362,47 +371,75 @@ struct Entry {
 const DELETED_DIGEST: u64 = u64::MAX;
 
 impl Entry {
+    /// An entry for `value`, which is encoded here.
     fn new(value: Value, pruning: Pruning) -> Self {
+        let encoded: Arc<[u8]> = match &value {
+            Value::Data(d) => d.encode().into(),
+            // Raw entries are made by `Entry::encoded`.
+            Value::Raw { .. } | Value::Deleted => Arc::from(&[][..]),
+        };
+        Entry::encoded(value, encoded, pruning)
+    }
+
+    /// An entry for `value`, already encoded as `encoded`.
+    fn encoded(value: Value, encoded: Arc<[u8]>, pruning: Pruning) -> Self {
         let (data_digest, digest) = match &value {
-            Value::Data(d) => {
-                let bytes = d.encode();
-                let data_digest = fnv1a(bytes.iter().copied());
+            Value::Data(_) => {
+                let data_digest = fnv1a(encoded.iter().copied());
                 // The marks count in the digest: their progress must spread.
                 let digest = if pruning.is_empty() {
                     data_digest
                 } else {
-                    fnv1a(bytes.into_iter().chain(encode_marks(&pruning)))
+                    fnv1a(encoded.iter().copied().chain(encode_marks(&pruning)))
                 };
                 (data_digest, digest)
             }
-            Value::Raw { bytes, .. } => {
-                let d = fnv1a(bytes.iter().copied());
+            Value::Raw { .. } => {
+                let d = fnv1a(encoded.iter().copied());
                 (d, d)
             }
             Value::Deleted => (DELETED_DIGEST, DELETED_DIGEST),
         };
         Entry {
             value,
+            encoded,
             pruning,
             data_digest,
             digest,
         }
     }
 
-    fn to_wire(&self) -> WireEntry {
+    /// The same value with other pruning marks (no new encoding).
+    fn with_pruning(self, pruning: Pruning) -> Self {
+        Entry::encoded(self.value, self.encoded, pruning)
+    }
+
+    fn type_name(&self) -> Option<&str> {
         match &self.value {
-            Value::Data(d) => WireEntry::Data {
-                type_name: d.type_name().to_string(),
-                bytes: d.encode(),
-                pruning: self.pruning.clone(),
-            },
-            Value::Raw { type_name, bytes } => WireEntry::Data {
-                type_name: type_name.clone(),
-                bytes: bytes.clone(),
-                pruning: self.pruning.clone(),
-            },
-            Value::Deleted => WireEntry::Deleted,
+            Value::Data(d) => Some(d.type_name()),
+            Value::Raw { type_name } => Some(type_name),
+            Value::Deleted => None,
         }
+    }
+
+    fn to_wire(&self) -> WireEntry {
+        match self.type_name() {
+            Some(type_name) => WireEntry::Data {
+                type_name: type_name.to_string(),
+                bytes: self.encoded.to_vec(),
+                pruning: self.pruning.clone(),
+            },
+            None => WireEntry::Deleted,
+        }
+    }
+
+    /// What the durable store keeps of it (`None`: a deleted key).
+    fn to_stored(&self) -> Option<StoredValue> {
+        self.type_name().map(|type_name| StoredValue {
+            type_name: type_name.to_string(),
+            bytes: self.encoded.clone(),
+            pruning: encode_marks(&self.pruning),
+        })
     }
 }
 
@@ -439,7 +476,8 @@ pub struct ReplicatorActor {
     subscribers: HashMap<String, Vec<Notify>>,
     /// The other replicas.
     replicas: Vec<ActorRef<ReplicatorActor>>,
-    durable: Option<DurableStore>,
+    /// The writer of the durable keys (a thread of its own).
+    durable: Option<DurableWriter>,
     /// Every node with a replica, this one included (Up, WeaklyUp,
     /// Leaving and Exiting members of the role): all must see a pruning
     /// mark before it is performed.
@@ -461,7 +499,10 @@ pub struct ReplicatorActor {
 }
 
 /// A local update: the function that makes the new value.
-type Apply = Box<dyn FnOnce(Option<&dyn Erased>) -> Result<Box<dyn Erased>, DataError> + Send>;
+/// It takes the current value out of its slot (no copy is made) unless it
+/// fails, which leaves the slot as it was.
+type Apply =
+    Box<dyn FnOnce(&mut Option<Box<dyn Erased>>) -> Result<Box<dyn Erased>, DataError> + Send>;
 
 #[derive(Message)]
 #[message(reply = Result<Plan, DataError>)]
@@ -477,10 +518,12 @@ struct Delete {
 }
 
 /// What the caller must do to reach its consistency: write (or read) the
-/// entry to/from these replicas.
+/// entry to/from these replicas, and, for a change of a durable key, wait
+/// until this node has committed it.
 pub(crate) struct Plan {
     entry: Option<WireEntry>,
     replicas: Vec<ActorRef<ReplicatorActor>>,
+    stored: Option<oneshot::Receiver<Result<(), String>>>,
 }
 
 #[derive(Message)]
@@ -544,31 +587,49 @@ impl ReplicatorActor {
         matches_durable(&self.settings.durable_keys, key)
     }
 
-    /// Writes `entry` (with its pruning marks) to the durable store, if
-    /// `key` is durable.
+    /// Queues `entry` (with its pruning marks) for the durable store, if
+    /// `key` is durable. It is committed with the next group of writes;
+    /// see [`ReplicatorActor::synced`].
     fn persist(&self, key: &str, entry: &Entry) {
         if !self.is_durable(key) {
             return;
         }
-        let Some(store) = &self.durable else {
-            return;
-        };
-        let result = match &entry.to_wire() {
-            WireEntry::Data {
-                type_name,
-                bytes,
-                pruning,
-            } => store.store(key, type_name, bytes, &encode_marks(pruning)),
-            WireEntry::Deleted => store.remove(key),
-        };
-        if let Err(e) = result {
-            tracing::error!("cannot store durable key `{key}`: {e}");
+        if let Some(writer) = &self.durable {
+            writer.write(key, entry.to_stored());
         }
+    }
+
+    /// Calls `done` once `key`'s latest change is on disk (at once for a
+    /// key that is not durable), with the outcome of its commit.
+    fn synced(&self, key: &str, done: Committed) {
+        match &self.durable {
+            Some(writer) if self.is_durable(key) => writer.sync(key, done),
+            _ => done(Ok(())),
+        }
+    }
+
+    /// A receiver of `synced`'s outcome, for a change of a durable key.
+    fn stored(&self, key: &str) -> Option<oneshot::Receiver<Result<(), String>>> {
+        if self.durable.is_none() || !self.is_durable(key) {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        self.synced(
+            key,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        Some(rx)
     }
 
     /// Installs a new value for `key`: digest, durable store, subscribers.
     fn set(&mut self, key: &str, value: Value, pruning: Pruning) {
-        let entry = Entry::new(value, pruning);
+        self.set_entry(key, Entry::new(value, pruning));
+    }
+
+    /// Installs `entry` for `key`, as [`ReplicatorActor::set`].
+    fn set_entry(&mut self, key: &str, entry: Entry) {
         self.persist(key, &entry);
         if let Value::Data(d) = &entry.value {
             if let Some(subs) = self.subscribers.get_mut(key) {
@@ -610,8 +671,14 @@ impl ReplicatorActor {
             }) => (Some(d), merge_pruning(pruning, &theirs, now_ms())),
             _ => (None, merge_pruning(&Pruning::new(), &theirs, now_ms())),
         };
-        let incoming = match self.types.decode(&type_name, &bytes) {
-            Ok(d) => cleaned(d.as_ref(), &pruning).unwrap_or(d),
+        // The incoming replica's bytes are its encoding as long as nothing
+        // of it is cleaned away: then a replica taken as it is needs no
+        // encoding of its own.
+        let (incoming, mut as_received) = match self.types.decode(&type_name, &bytes) {
+            Ok(d) => match cleaned(d.as_ref(), &pruning) {
+                Some(c) => (c, false),
+                None => (d, true),
+            },
             Err(e) => {
                 tracing::warn!("dropped a replica of `{key}`: {e}");
                 return false;
@@ -619,15 +686,20 @@ impl ReplicatorActor {
         };
         let merged = match local {
             Some(local) => {
-                let merged = match cleaned(local.as_ref(), &pruning) {
-                    Some(c) => c.merge_with(incoming.as_ref()),
-                    None => local.merge_with(incoming.as_ref()),
-                };
-                match merged {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!("dropped a replica of `{key}`: {e}");
-                        return false;
+                let cleaned_local = cleaned(local.as_ref(), &pruning);
+                let local = cleaned_local.as_deref().unwrap_or(local.as_ref());
+                if local.covered_by(incoming.as_ref()) {
+                    // A newer state (the usual write from the replica that
+                    // made the change): the merge would be the same.
+                    incoming
+                } else {
+                    as_received = false;
+                    match local.merge_with(incoming.as_ref()) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            tracing::warn!("dropped a replica of `{key}`: {e}");
+                            return false;
+                        }
                     }
                 }
             }
@@ -635,7 +707,11 @@ impl ReplicatorActor {
         };
         self.drop_orphan_marks(&mut pruning);
         add_seen(&mut pruning, &self.self_node);
-        let new = Entry::new(Value::Data(merged), pruning);
+        let new = if as_received {
+            Entry::encoded(Value::Data(merged), Arc::from(bytes), pruning)
+        } else {
+            Entry::new(Value::Data(merged), pruning)
+        };
         match self.entries.get(key) {
             Some(old) if old.digest == new.digest => {}
             // Only the marks changed: no notification, no new value.
@@ -645,7 +721,7 @@ impl ReplicatorActor {
                     ..
                 },
             ) if old.data_digest == new.data_digest => self.set_pruning(key, new.pruning),
-            _ => self.set(key, new.value, new.pruning),
+            _ => self.set_entry(key, new),
         }
         true
     }
@@ -783,7 +859,7 @@ impl ReplicatorActor {
     /// New markers for `key`, its value unchanged (no notification).
     fn set_pruning(&mut self, key: &str, pruning: Pruning) {
         if let Some(e) = self.entries.remove(key) {
-            let entry = Entry::new(e.value, pruning);
+            let entry = e.with_pruning(pruning);
             self.persist(key, &entry);
             self.entries.insert(key.to_string(), entry);
         }
@@ -814,13 +890,11 @@ impl ReplicatorActor {
 
     /// Decodes entries loaded from disk whose type is now known.
     fn decode_raw(&mut self) {
-        let raw: Vec<(String, String, Vec<u8>)> = self
+        let raw: Vec<(String, String, Arc<[u8]>)> = self
             .entries
             .iter()
             .filter_map(|(k, e)| match &e.value {
-                Value::Raw { type_name, bytes } => {
-                    Some((k.clone(), type_name.clone(), bytes.clone()))
-                }
+                Value::Raw { type_name } => Some((k.clone(), type_name.clone(), e.encoded.clone())),
                 _ => None,
             })
             .collect();
@@ -842,17 +916,81 @@ impl Actor for ReplicatorActor {
         ctx.start_periodic_timer("gossip", GossipTick, self.settings.gossip_interval);
         ctx.start_periodic_timer("pruning", PruningTick, self.settings.pruning_interval);
     }
+
+    /// The durable writes still queued are committed, and the store is
+    /// closed (its lock released) before the replicator counts as stopped.
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        if let Some(writer) = &mut self.durable {
+            writer.close().await;
+        }
+    }
+}
+
+/// A write from another replica is acknowledged once it is merged and,
+/// for a durable key, committed to this node's store (`false` if that
+/// failed).
+impl Handler<DWrite> for ReplicatorActor {
+    async fn handle(&mut self, w: DWrite, _ctx: &mut Context<Self>) -> bool {
+        self.merge_in(&w.key, w.entry)
+    }
+
+    async fn handle_with_reply(
+        &mut self,
+        w: DWrite,
+        reply: Option<Replier<bool>>,
+        _ctx: &mut Context<Self>,
+    ) {
+        let merged = self.merge_in(&w.key, w.entry);
+        let Some(reply) = reply else {
+            return;
+        };
+        if !merged {
+            return reply.send(false);
+        }
+        let key = w.key;
+        self.synced(
+            &key.clone(),
+            Box::new(move |r| match r {
+                Ok(()) => reply.send(true),
+                Err(e) => {
+                    tracing::warn!("a write of `{key}` from another replica is not stored: {e}");
+                    reply.send(false)
+                }
+            }),
+        );
+    }
 }
 
 #[handlers]
 impl ReplicatorActor {
     async fn update(&mut self, u: Update, _ctx: &mut Context<Self>) -> Result<Plan, DataError> {
-        let current = match self.entries.get(&u.key).map(|e| &e.value) {
-            Some(Value::Deleted) => return Err(DataError::Deleted(u.key)),
-            Some(Value::Data(d)) => Some(d.as_ref()),
+        // The current value is lent to the update (moved out, not copied);
+        // the entry gets it back if the update fails.
+        let mut current = match self.entries.get_mut(&u.key) {
+            Some(Entry {
+                value: Value::Deleted,
+                ..
+            }) => return Err(DataError::Deleted(u.key)),
+            Some(
+                e @ Entry {
+                    value: Value::Data(_),
+                    ..
+                },
+            ) => match std::mem::replace(&mut e.value, Value::Deleted) {
+                Value::Data(d) => Some(d),
+                _ => unreachable!("matched as data"),
+            },
             _ => None,
         };
-        let new = (u.apply)(current)?;
+        let new = match (u.apply)(&mut current) {
+            Ok(new) => new,
+            Err(e) => {
+                if let (Some(d), Some(entry)) = (current, self.entries.get_mut(&u.key)) {
+                    entry.value = Value::Data(d);
+                }
+                return Err(e);
+            }
+        };
         let pruning = self
             .entries
             .get(&u.key)
@@ -865,6 +1003,7 @@ impl ReplicatorActor {
         Ok(Plan {
             entry: self.entries.get(&u.key).map(Entry::to_wire),
             replicas: self.replicas.clone(),
+            stored: self.stored(&u.key),
         })
     }
 
@@ -873,6 +1012,7 @@ impl ReplicatorActor {
         Ok(Plan {
             entry: Some(WireEntry::Deleted),
             replicas: self.replicas.clone(),
+            stored: self.stored(&d.key),
         })
     }
 
@@ -880,6 +1020,7 @@ impl ReplicatorActor {
         Plan {
             entry: self.entries.get(&r.key).map(Entry::to_wire),
             replicas: self.replicas.clone(),
+            stored: None,
         }
     }
 
@@ -926,10 +1067,6 @@ impl ReplicatorActor {
 
     async fn types_changed(&mut self, _m: TypesChanged, _ctx: &mut Context<Self>) {
         self.decode_raw();
-    }
-
-    async fn write(&mut self, w: DWrite, _ctx: &mut Context<Self>) -> bool {
-        self.merge_in(&w.key, w.entry)
     }
 
     async fn read(&mut self, r: DRead, _ctx: &mut Context<Self>) -> Option<WireEntry> {
@@ -1186,20 +1323,22 @@ impl Replicator {
             .and_then(|s| s.register::<ReplicatorActor, DGossip>())
             .map_err(|e| ClusterError(format!("cannot register the replicator's messages: {e}")))?;
         let types = TypeRegistry::with_builtins();
-        let durable = if settings.durable_keys.is_empty() {
+        let store = if settings.durable_keys.is_empty() {
             None
         } else {
             Some(DurableStore::open(&settings.durable_store).map_err(ClusterError)?)
         };
         let mut entries = HashMap::new();
-        if let Some(store) = &durable {
+        if let Some(store) = &store {
             for stored in store.load().map_err(ClusterError)? {
-                let value = match types.decode(&stored.type_name, &stored.bytes) {
-                    Ok(d) => Value::Data(d),
-                    Err(_) => Value::Raw {
-                        type_name: stored.type_name,
-                        bytes: stored.bytes,
-                    },
+                let (value, encoded) = match types.decode(&stored.type_name, &stored.bytes) {
+                    Ok(d) => (Value::Data(d), None),
+                    Err(_) => (
+                        Value::Raw {
+                            type_name: stored.type_name,
+                        },
+                        Some(Arc::from(stored.bytes)),
+                    ),
                 };
                 let pruning = decode_marks(&stored.pruning).unwrap_or_else(|e| {
                     tracing::warn!(
@@ -1209,7 +1348,11 @@ impl Replicator {
                     );
                     Pruning::new()
                 });
-                entries.insert(stored.key, Entry::new(value, pruning));
+                let entry = match encoded {
+                    Some(bytes) => Entry::encoded(value, bytes, pruning),
+                    None => Entry::new(value, pruning),
+                };
+                entries.insert(stored.key, entry);
             }
             tracing::info!(
                 "loaded {} durable keys from {}",
@@ -1217,6 +1360,12 @@ impl Replicator {
                 settings.durable_store.display()
             );
         }
+        let durable = match store {
+            Some(store) => {
+                Some(DurableWriter::start(store, &settings.durable_store).map_err(ClusterError)?)
+            }
+            None => None,
+        };
         let min_cap = settings.majority_min_cap;
         let durable_keys = Arc::new(settings.durable_keys.clone());
         let role = settings.role.clone();
@@ -1286,10 +1435,18 @@ impl Replicator {
         let name = self.name_of::<T>()?;
         let key_name = key.name.clone();
         let apply: Apply = Box::new(move |current| {
-            let base = match current {
-                Some(c) => c.as_any().downcast_ref::<T>().cloned().ok_or_else(|| {
-                    DataError::WrongType(format!("key `{key_name}` holds a `{}`", c.type_name()))
-                })?,
+            let base = match current.take() {
+                Some(c) if c.as_any().is::<T>() => *c
+                    .into_any()
+                    .downcast::<T>()
+                    .unwrap_or_else(|_| unreachable!("checked")),
+                Some(c) => {
+                    let held = c.type_name();
+                    *current = Some(c);
+                    return Err(DataError::WrongType(format!(
+                        "key `{key_name}` holds a `{held}`"
+                    )));
+                }
                 None => initial,
             };
             Ok(erase(modify(base), name))
@@ -1321,7 +1478,36 @@ impl Replicator {
         self.replicate(&key.name, plan, consistency).await
     }
 
+    /// Waits until the change of `plan` reaches `consistency` and, for a
+    /// durable key, is committed to this node's store (both under way at
+    /// once).
     async fn replicate(
+        &self,
+        key: &str,
+        mut plan: Plan,
+        consistency: WriteConsistency,
+    ) -> Result<(), DataError> {
+        let stored = plan.stored.take();
+        let local = async move {
+            let Some(stored) = stored else {
+                return Ok(());
+            };
+            match stored.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(DataError::Store(e)),
+                Err(_) => Err(DataError::Store(format!(
+                    "the durable store stopped before the change of `{key}` was committed"
+                ))),
+            }
+        };
+        let (local, remote) =
+            futures_lite::future::zip(local, self.write_to_replicas(key, plan, consistency)).await;
+        local.and(remote)
+    }
+
+    /// Writes the entry of `plan` to the other replicas `consistency`
+    /// needs.
+    async fn write_to_replicas(
         &self,
         key: &str,
         plan: Plan,
@@ -1875,6 +2061,111 @@ mod tests {
             panic!("not data");
         };
         assert!(!bytes.is_empty());
+    }
+
+    #[test]
+    fn an_update_whose_commit_fails_is_an_error_and_the_next_one_stores_it() {
+        use crate::ddata::durable::faults;
+        use crate::ddata::{DurableStore, ORSet};
+        use crate::ClusterSettings;
+        use troupe_core::remote::RemoteSettings;
+
+        let dir = std::env::temp_dir().join(format!(
+            "troupe-replicator-fail-{}-{}",
+            std::process::id(),
+            now_ms()
+        ));
+        let file = dir.join("ddata.redb");
+        let system = ActorSystem::builder("fail")
+            .remote(RemoteSettings::new("127.0.0.1:0").with_secret("s"))
+            .build()
+            .unwrap();
+        let cluster = Cluster::start(&system, ClusterSettings::default()).unwrap();
+        let settings = ReplicatorSettings {
+            durable_keys: vec!["orders".into()],
+            durable_store: file.clone(),
+            ..ReplicatorSettings::default()
+        };
+        let replicator = Replicator::start(&system, &cluster, settings).unwrap();
+        let key = Key::<ORSet<String>>::new("orders");
+        let me = cluster.self_node().clone();
+        let add = |item: &'static str| {
+            let me = me.clone();
+            replicator.update(&key, ORSet::new(), WriteConsistency::Local, move |mut s| {
+                s.add(&me, item.to_string());
+                s
+            })
+        };
+        rt::block_on(async {
+            faults::fail_commits(&file, true);
+            match add("a").await {
+                Err(DataError::Store(m)) => {
+                    assert!(m.contains("none of them is on disk"), "{m}");
+                    assert!(m.contains(&file.display().to_string()), "{m}");
+                    let text = DataError::Store(m).to_string();
+                    assert!(text.starts_with("not stored durably"), "{text}");
+                }
+                other => panic!("expected a store error, got {other:?}"),
+            }
+            // Applied in memory all the same.
+            let here = replicator.get(&key, ReadConsistency::Local).await;
+            assert!(here.unwrap().unwrap().contains(&"a".to_string()));
+            faults::fail_commits(&file, false);
+            add("b").await.expect("stored");
+            system.shutdown().await;
+        });
+        let store = DurableStore::open_existing(&file).unwrap();
+        let orders: ORSet<String> = store.get("orders").unwrap().unwrap();
+        assert_eq!(orders.elements(), ["a".to_string(), "b".to_string()].into());
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn an_update_of_another_type_fails_and_leaves_the_value() {
+        use crate::ddata::ORSet;
+        use crate::ClusterSettings;
+        use troupe_core::remote::RemoteSettings;
+
+        let system = ActorSystem::builder("types")
+            .remote(RemoteSettings::new("127.0.0.1:0").with_secret("s"))
+            .build()
+            .unwrap();
+        let cluster = Cluster::start(&system, ClusterSettings::default()).unwrap();
+        let replicator =
+            Replicator::start(&system, &cluster, ReplicatorSettings::default()).unwrap();
+        let me = cluster.self_node().clone();
+        rt::block_on(async {
+            let set = Key::<ORSet<String>>::new("k");
+            let me2 = me.clone();
+            replicator
+                .update(&set, ORSet::new(), WriteConsistency::Local, move |mut s| {
+                    s.add(&me2, "a".to_string());
+                    s
+                })
+                .await
+                .unwrap();
+            let counter = Key::<GCounter>::new("k");
+            let e = replicator
+                .update(
+                    &counter,
+                    GCounter::new(),
+                    WriteConsistency::Local,
+                    move |mut c| {
+                        c.increment(&me, 1);
+                        c
+                    },
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(
+                e,
+                DataError::WrongType("key `k` holds a `ORSet<String>`".into())
+            );
+            let kept = replicator.get(&set, ReadConsistency::Local).await.unwrap();
+            assert_eq!(kept.unwrap().elements(), ["a".to_string()].into());
+            system.shutdown().await;
+        });
     }
 
     #[test]

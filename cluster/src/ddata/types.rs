@@ -59,6 +59,8 @@ fn decode_value<T: DeserializeOwned>(bytes: &[u8], name: &str) -> Result<T, Stri
 pub(crate) trait Erased: Send + Sync {
     /// Merges a replica of the same type into a new value.
     fn merge_with(&self, other: &dyn Erased) -> Result<Box<dyn Erased>, String>;
+    /// See [`ReplicatedData::is_covered_by`] (false for another type).
+    fn covered_by(&self, other: &dyn Erased) -> bool;
     /// See [`ReplicatedData::need_pruning_from`].
     fn need_pruning_from(&self, removed: &UniqueAddress) -> bool;
     /// See [`ReplicatedData::modified_by_nodes`].
@@ -69,6 +71,8 @@ pub(crate) trait Erased: Send + Sync {
     fn cleaned(&self, removed: &UniqueAddress) -> Box<dyn Erased>;
     fn encode(&self) -> Vec<u8>;
     fn as_any(&self) -> &dyn Any;
+    /// The value itself, to be taken by an update without a copy.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
     fn type_name(&self) -> &'static str;
     fn clone_box(&self) -> Box<dyn Erased>;
 }
@@ -85,6 +89,12 @@ impl<T: ReplicatedData + Serialize + DeserializeOwned> Erased for Typed<T> {
             .downcast_ref::<T>()
             .ok_or_else(|| format!("a `{}` cannot merge a `{}`", self.name, other.type_name()))?;
         Ok(erase(self.value.merge(other), self.name))
+    }
+    fn covered_by(&self, other: &dyn Erased) -> bool {
+        other
+            .as_any()
+            .downcast_ref::<T>()
+            .is_some_and(|other| self.value.is_covered_by(other))
     }
     fn need_pruning_from(&self, removed: &UniqueAddress) -> bool {
         self.value.need_pruning_from(removed)
@@ -107,6 +117,9 @@ impl<T: ReplicatedData + Serialize + DeserializeOwned> Erased for Typed<T> {
     }
     fn as_any(&self) -> &dyn Any {
         &self.value
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        Box::new(self.value)
     }
     fn type_name(&self) -> &'static str {
         self.name

@@ -148,3 +148,48 @@ impl NotReady {
         }
     }
 }
+
+/// The answer to `GET /bootstrap/seed-nodes` (a contact point of cluster
+/// bootstrap): the node that answered, and up to five members it sees as
+/// Up, WeaklyUp or Joining and reachable, which a joining node may use as
+/// seed nodes. Empty while the node is not part of a cluster.
+///
+/// ```json
+/// {"selfNode":"troupe://shop@10.0.0.1:2552",
+///  "seedNodes":[{"node":"troupe://shop@10.0.0.1:2552","nodeUid":"8312...","status":"Up","roles":[]}]}
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedNodes {
+    /// The remoting address of the node that answered.
+    pub self_node: String,
+    /// Members to join through, in address order.
+    pub seed_nodes: Vec<ClusterMember>,
+}
+
+/// How many seed nodes a contact point reports at most (Akka's).
+pub(crate) const MAX_SEED_NODES: usize = 5;
+
+impl SeedNodes {
+    /// The answer of `self_node` for `state`.
+    pub fn of(self_node: &UniqueAddress, state: &CurrentClusterState) -> Self {
+        use crate::member::MemberStatus;
+        let unreachable: std::collections::BTreeSet<&UniqueAddress> =
+            state.unreachable.iter().map(|m| &m.node).collect();
+        SeedNodes {
+            self_node: self_node.address.to_string(),
+            seed_nodes: state
+                .members
+                .iter()
+                .filter(|m| {
+                    matches!(
+                        m.status,
+                        MemberStatus::Up | MemberStatus::WeaklyUp | MemberStatus::Joining
+                    ) && !unreachable.contains(&m.node)
+                })
+                .take(MAX_SEED_NODES)
+                .map(ClusterMember::of)
+                .collect(),
+        }
+    }
+}

@@ -10,7 +10,9 @@
 //! | `PUT /cluster/members/{address}` (form `operation` = `Down` or `Leave`) | downs the member, or asks it to leave |
 //! | `DELETE /cluster/members/{address}` | asks the member to leave |
 //! | `GET /ready` | 200 when this node is Up or WeaklyUp and every readiness check passes, 503 ([`NotReady`]) otherwise |
-//! | `GET /alive` | 200 while the server runs |
+//! | `GET /alive` | 200 while the server runs and every liveness check passes, 503 ([`NotReady`]) otherwise |
+//! | `GET /startup` | 200 once every startup check passes, 503 ([`NotReady`]) before |
+//! | `GET /bootstrap/seed-nodes` | cluster bootstrap's contact point ([`SeedNodes`]), served before the node has joined |
 //!
 //! Applications extend the server (as Akka Management's route providers
 //! and health checks): [`ManagementSettings::with_extra_routes`] adds
@@ -49,9 +51,10 @@ mod server;
 mod settings;
 mod timer;
 
+pub(crate) use json::MAX_SEED_NODES;
 pub use json::{
     ClusterMember, ClusterMembers, ClusterUnreachableMember, FailedCheck, ManagementMessage,
-    NotReady,
+    NotReady, SeedNodes,
 };
 pub use server::ManagementServer;
 pub use settings::{

@@ -1,7 +1,9 @@
 //! The routes: from a request's method, path and form fields to a status
 //! and a body. Nothing here knows about sockets or hyper's connections.
 
-use super::json::{ClusterMember, ClusterMembers, FailedCheck, ManagementMessage, NotReady};
+use super::json::{
+    ClusterMember, ClusterMembers, FailedCheck, ManagementMessage, NotReady, SeedNodes,
+};
 use super::settings::{ExtraRoutes, HealthCheck, RouteRequest};
 use crate::cluster::Cluster;
 use crate::events::CurrentClusterState;
@@ -84,8 +86,18 @@ pub(crate) struct Routes {
     cluster: Cluster,
     read_only: bool,
     extra: Vec<ExtraRoutes>,
-    checks: Vec<(String, HealthCheck)>,
+    readiness_checks: Vec<(String, HealthCheck)>,
+    liveness_checks: Vec<(String, HealthCheck)>,
+    startup_checks: Vec<(String, HealthCheck)>,
     check_timeout: Duration,
+}
+
+/// The three kinds of health checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    Ready,
+    Alive,
+    Startup,
 }
 
 /// The name of the built-in readiness check (Akka Management's).
@@ -114,6 +126,8 @@ impl Form {
 enum Route<'a> {
     Alive,
     Ready,
+    Startup,
+    BootstrapSeedNodes,
     Members,
     Member(Cow<'a, str>),
 }
@@ -128,6 +142,8 @@ impl<'a> Route<'a> {
         Ok(Some(match trimmed {
             "/alive" => Route::Alive,
             "/ready" => Route::Ready,
+            "/startup" => Route::Startup,
+            "/bootstrap/seed-nodes" => Route::BootstrapSeedNodes,
             MEMBERS => Route::Members,
             p => match p.strip_prefix(MEMBERS).and_then(|r| r.strip_prefix('/')) {
                 Some(encoded) => Route::Member(
@@ -142,9 +158,8 @@ impl<'a> Route<'a> {
 
     fn allowed(&self, read_only: bool) -> &'static str {
         match (self, read_only) {
-            (Route::Alive | Route::Ready, _) | (Route::Members | Route::Member(_), true) => {
-                "GET, HEAD"
-            }
+            (Route::Alive | Route::Ready | Route::Startup | Route::BootstrapSeedNodes, _)
+            | (Route::Members | Route::Member(_), true) => "GET, HEAD",
             (Route::Members, false) => "GET, HEAD, POST",
             (Route::Member(_), false) => "GET, HEAD, PUT, DELETE",
         }
@@ -171,7 +186,9 @@ impl Routes {
             cluster,
             read_only: settings.read_only,
             extra: settings.extra_routes.clone(),
-            checks: settings.readiness_checks.clone(),
+            readiness_checks: settings.readiness_checks.clone(),
+            liveness_checks: settings.liveness_checks.clone(),
+            startup_checks: settings.startup_checks.clone(),
             check_timeout: settings.health_check_timeout,
         }
     }
@@ -221,8 +238,18 @@ impl Routes {
             return Reply::method_not_allowed(method, path, route.allowed(self.read_only));
         }
         match route {
-            Route::Alive => Reply::text(StatusCode::OK, "OK"),
-            Route::Ready => self.ready().await,
+            Route::Alive => self.health(Health::Alive).await,
+            Route::Ready => self.health(Health::Ready).await,
+            Route::Startup => self.health(Health::Startup).await,
+            Route::BootstrapSeedNodes => {
+                self.with_state(|state| {
+                    Reply::json(
+                        StatusCode::OK,
+                        &SeedNodes::of(self.cluster.self_node(), state),
+                    )
+                })
+                .await
+            }
             Route::Members if read => self.with_state(|s| self.members(s)).await,
             Route::Members => self.join(form),
             Route::Member(key) => {
@@ -297,13 +324,18 @@ impl Routes {
         }
     }
 
-    /// `GET /ready`: 200 `OK` if this member is Up or WeaklyUp and every
-    /// registered check passes (all run at once, each within the check
-    /// timeout); else 503 with [`NotReady`].
-    async fn ready(&self) -> Reply {
+    /// `GET /ready`, `/alive` and `/startup`: 200 `OK` if every check of
+    /// the kind passes (all run at once, each within the check timeout);
+    /// else 503 with [`NotReady`]. Readiness also needs this member Up or
+    /// WeaklyUp (the built-in check `cluster-membership`, first).
+    async fn health(&self, kind: Health) -> Reply {
         let timeout = self.check_timeout;
-        let handles: Vec<_> = self
-            .checks
+        let checks = match kind {
+            Health::Ready => &self.readiness_checks,
+            Health::Alive => &self.liveness_checks,
+            Health::Startup => &self.startup_checks,
+        };
+        let handles: Vec<_> = checks
             .iter()
             .map(|(name, check)| {
                 let (name, check) = (name.clone(), check.clone());
@@ -312,7 +344,7 @@ impl Routes {
                     let outcome = match rt::timeout(timeout, run).await {
                         None => Err(format!("timed out after {timeout:?}")),
                         Some(Err(_)) => {
-                            tracing::error!("management HTTP: readiness check [{name}] panicked");
+                            tracing::error!("management HTTP: health check [{name}] panicked");
                             Err("panicked (see the server's log)".to_string())
                         }
                         Some(Ok(outcome)) => outcome,
@@ -322,11 +354,13 @@ impl Routes {
             })
             .collect();
         let mut failed = Vec::new();
-        if let Err(message) = self.membership_check().await {
-            failed.push(FailedCheck {
-                name: MEMBERSHIP_CHECK.to_string(),
-                message,
-            });
+        if kind == Health::Ready {
+            if let Err(message) = self.membership_check().await {
+                failed.push(FailedCheck {
+                    name: MEMBERSHIP_CHECK.to_string(),
+                    message,
+                });
+            }
         }
         for handle in handles {
             let (name, outcome) = handle.await;
@@ -338,7 +372,10 @@ impl Routes {
             return Reply::text(StatusCode::OK, "OK");
         }
         let not_ready = NotReady::of(failed);
-        tracing::debug!("management HTTP: not ready: {}", not_ready.message);
+        tracing::debug!(
+            "management HTTP: {kind:?} check failed: {}",
+            not_ready.message
+        );
         Reply::json(StatusCode::SERVICE_UNAVAILABLE, &not_ready)
     }
 
@@ -373,6 +410,11 @@ mod tests {
     fn paths_decode_and_route() {
         assert!(matches!(Route::of("/alive"), Ok(Some(Route::Alive))));
         assert!(matches!(Route::of("/ready/"), Ok(Some(Route::Ready))));
+        assert!(matches!(Route::of("/startup"), Ok(Some(Route::Startup))));
+        assert!(matches!(
+            Route::of("/bootstrap/seed-nodes"),
+            Ok(Some(Route::BootstrapSeedNodes))
+        ));
         assert!(matches!(
             Route::of("/cluster/members/"),
             Ok(Some(Route::Members))

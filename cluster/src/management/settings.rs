@@ -182,6 +182,12 @@ pub struct ManagementSettings {
     /// Named readiness checks of `GET /ready`, besides this member being
     /// Up or WeaklyUp (the built-in check `cluster-membership`).
     pub readiness_checks: Vec<(String, HealthCheck)>,
+    /// Named liveness checks of `GET /alive` (none by default: alive while
+    /// the server answers).
+    pub liveness_checks: Vec<(String, HealthCheck)>,
+    /// Named startup checks of `GET /startup` (none by default: started
+    /// once the server answers).
+    pub startup_checks: Vec<(String, HealthCheck)>,
     /// How long a readiness check may take; one that takes longer fails
     /// (Akka Management's `health-checks.check-timeout`). Default 1 s.
     pub health_check_timeout: Duration,
@@ -201,6 +207,22 @@ impl fmt::Debug for ManagementSettings {
                     .map(|(name, _)| name.as_str())
                     .collect::<Vec<_>>(),
             )
+            .field(
+                "liveness_checks",
+                &self
+                    .liveness_checks
+                    .iter()
+                    .map(|(name, _)| name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "startup_checks",
+                &self
+                    .startup_checks
+                    .iter()
+                    .map(|(name, _)| name.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .field("health_check_timeout", &self.health_check_timeout)
             .finish()
     }
@@ -213,6 +235,8 @@ impl Default for ManagementSettings {
             read_only: true,
             extra_routes: Vec::new(),
             readiness_checks: Vec::new(),
+            liveness_checks: Vec::new(),
+            startup_checks: Vec::new(),
             health_check_timeout: Duration::from_secs(1),
         }
     }
@@ -246,6 +270,25 @@ impl ManagementSettings {
     /// failing checks ([`NotReady`](super::NotReady)).
     pub fn with_readiness_check(mut self, name: impl Into<String>, check: HealthCheck) -> Self {
         self.readiness_checks.push((name.into(), check));
+        self
+    }
+
+    /// These settings with one more liveness check named `name`: `GET
+    /// /alive` answers 200 only if every liveness check passes; otherwise
+    /// 503 with the failing checks. An orchestrator restarts a node that
+    /// stays not alive, so check only what a restart can cure (a stuck
+    /// loop, a poisoned resource).
+    pub fn with_liveness_check(mut self, name: impl Into<String>, check: HealthCheck) -> Self {
+        self.liveness_checks.push((name.into(), check));
+        self
+    }
+
+    /// These settings with one more startup check named `name`: `GET
+    /// /startup` answers 200 only if every startup check passes; otherwise
+    /// 503 with the failing checks (for an orchestrator's startup probe,
+    /// which holds the other probes back until the node has started).
+    pub fn with_startup_check(mut self, name: impl Into<String>, check: HealthCheck) -> Self {
+        self.startup_checks.push((name.into(), check));
         self
     }
 

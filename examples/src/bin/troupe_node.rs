@@ -6,7 +6,10 @@
 //! ```
 //!
 //! It joins the cluster of its seed nodes (the first seed forms a new
-//! cluster if no other answers), logs every membership change, and on
+//! cluster if no other answers), or finds the other nodes through cluster
+//! bootstrap (`--discovery config --contact-points HOST:PORT,...`, or
+//! `--discovery dns --service-name NAME`, or the `[discovery]` and
+//! `[bootstrap]` tables of `--config`), logs every membership change, and on
 //! SIGTERM or Ctrl-C runs the coordinated shutdown: it leaves the cluster
 //! gracefully (its singleton moves, its shards are handed off) and exits
 //! with status 0. It also shuts down, with a failure status, when the
@@ -37,10 +40,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use troupe_cluster::bootstrap::{BootstrapSettings, ClusterBootstrap};
 use troupe_cluster::coordinated_shutdown::{Phase, Reason};
 use troupe_cluster::ddata::{
     Key, PNCounter, ReadConsistency, Replicator, ReplicatorSettings, WriteConsistency,
 };
+use troupe_cluster::discovery::{DiscoveryMethod, DiscoverySettings, ResolvedTarget};
 use troupe_cluster::management::{
     ExtraRoutes, ManagementServer, ManagementSettings, RouteAnswer, RouteRequest,
 };
@@ -69,8 +74,31 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:8558")]
     http: String,
     /// Seed nodes, comma-separated: troupe://SYSTEM@HOST:PORT,...
+    /// (without them, cluster bootstrap needs a discovery method).
     #[arg(long, value_delimiter = ',')]
     seed_nodes: Vec<String>,
+    /// Cluster bootstrap's discovery method: `config` (the
+    /// --contact-points) or `dns` (A records of --service-name, or SRV
+    /// records with --port-name).
+    #[arg(long, value_parser = ["config", "dns"])]
+    discovery: Option<String>,
+    /// The contact points for `--discovery config`: management HTTP
+    /// addresses HOST:PORT, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    contact_points: Vec<String>,
+    /// The service name to look up (default: the system name).
+    #[arg(long)]
+    service_name: Option<String>,
+    /// The port name for an SRV lookup (`_PORT-NAME._tcp.SERVICE-NAME`).
+    #[arg(long)]
+    port_name: Option<String>,
+    /// The DNS server to ask, IP:PORT (default: the system's).
+    #[arg(long)]
+    dns_server: Option<String>,
+    /// Contact points that must answer before a new cluster forms
+    /// (bootstrap's required-contact-point-nr).
+    #[arg(long)]
+    required_contact_points: Option<usize>,
     /// This node's roles, comma-separated.
     #[arg(long, value_delimiter = ',')]
     roles: Vec<String>,
@@ -145,6 +173,73 @@ fn settings(args: &Args) -> Result<ClusterSettings, String> {
     Ok(s)
 }
 
+/// Service discovery and bootstrap: the `[discovery]` and `[bootstrap]`
+/// tables of `--config`, then `TROUPE_DISCOVERY_*` and
+/// `TROUPE_BOOTSTRAP_*` variables, then the flags.
+fn bootstrap_settings(args: &Args) -> Result<(DiscoverySettings, BootstrapSettings), String> {
+    let (discovery, bootstrap) = match &args.config {
+        Some(path) => (
+            DiscoverySettings::from_file(path).map_err(|e| e.to_string())?,
+            BootstrapSettings::from_file(path).map_err(|e| e.to_string())?,
+        ),
+        None => (DiscoverySettings::default(), BootstrapSettings::default()),
+    };
+    let mut discovery = discovery.with_env().map_err(|e| e.to_string())?;
+    let mut bootstrap = bootstrap.with_env().map_err(|e| e.to_string())?;
+    if let Some(method) = &args.discovery {
+        discovery.method = Some(method.parse().map_err(|e| format!("--discovery: {e}"))?);
+    }
+    if let Some(name) = &args.service_name {
+        bootstrap.service_name = Some(name.clone());
+    }
+    if let Some(name) = &args.port_name {
+        bootstrap.port_name = Some(name.clone());
+    }
+    if let Some(n) = args.required_contact_points {
+        bootstrap.required_contact_point_nr = n;
+    }
+    if let Some(server) = &args.dns_server {
+        discovery.dns_server = Some(
+            DiscoverySettings::parse_dns_server(server)
+                .map_err(|e| format!("--dns-server: {e}"))?,
+        );
+    }
+    let contact_points: Vec<&String> = args
+        .contact_points
+        .iter()
+        .filter(|c| !c.is_empty())
+        .collect();
+    if !contact_points.is_empty() {
+        if discovery.method.is_none() {
+            discovery.method = Some(DiscoveryMethod::Config);
+        }
+        let targets = contact_points
+            .iter()
+            .map(|c| {
+                let (host, port) = c.rsplit_once(':').ok_or_else(|| {
+                    format!("--contact-points: `{c}` is not HOST:PORT (a management HTTP address)")
+                })?;
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| format!("--contact-points: `{c}` has no valid port"))?;
+                Ok(ResolvedTarget::new(
+                    host.trim_matches(['[', ']']),
+                    Some(port),
+                ))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        discovery
+            .services
+            .insert(bootstrap.effective_name(&args.system), targets);
+        // The contact points listed are management endpoints, several per
+        // host when nodes share one.
+        bootstrap.contact_point.filter_on_fallback_port = false;
+    }
+    discovery.validate().map_err(|e| e.to_string())?;
+    bootstrap.validate().map_err(|e| e.to_string())?;
+    Ok((discovery, bootstrap))
+}
+
 /// The settings of the `counter` entity type: the `[sharding]` table of
 /// `--config`, then `TROUPE_SHARDING_*` variables.
 fn sharding_settings(args: &Args) -> Result<ShardingSettings, String> {
@@ -205,6 +300,18 @@ const STORE_FILE: &str = "ddata.redb";
 fn run(args: Args) -> Result<(), String> {
     let settings = settings(&args)?;
     let sharding_settings = sharding_settings(&args)?;
+    // ANCHOR: settings
+    let (discovery_settings, bootstrap_settings) = bootstrap_settings(&args)?;
+    let discovery = discovery_settings.build();
+    if settings.seed_nodes.is_empty() && discovery.is_none() {
+        return Err("nothing to join: configure seed nodes (--seed-nodes troupe://SYSTEM@HOST:PORT,... \
+                    or seed-nodes in --config, or TROUPE_SEED_NODES) or cluster bootstrap's \
+                    discovery (--discovery config --contact-points HOST:PORT,... or --discovery dns \
+                    --service-name NAME, or a [discovery] table with `method` in --config, or \
+                    TROUPE_DISCOVERY_METHOD)"
+            .to_string());
+    }
+    // ANCHOR_END: settings
     let mut remote = RemoteSettings::new(args.bind.clone());
     remote.secret = args.secret.clone();
     let system = ActorSystem::builder(&args.system)
@@ -289,6 +396,22 @@ fn run(args: Args) -> Result<(), String> {
             "read-only"
         }
     );
+    // ANCHOR: bootstrap
+    // Cluster bootstrap, once the contact point (this server) answers.
+    // Kept until the node exits; it stops by itself once it has joined.
+    let _bootstrap = match discovery {
+        Some(discovery) => Some(
+            ClusterBootstrap::start(
+                &cluster,
+                discovery,
+                bootstrap_settings,
+                management.local_addr().port(),
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    // ANCHOR_END: bootstrap
     // The coordinated shutdown: the HTTP server stops taking requests
     // first (Akka's service-unbind), then the region hands its shards off,
     // the node leaves the cluster, its singleton moves, and the actor

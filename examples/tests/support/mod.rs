@@ -63,10 +63,15 @@ impl Node {
     /// (besides the secret and logging); its log goes to a file named
     /// after `tag`.
     pub fn spawn(port: u16, args: &[String], env: &[(&str, &str)], tag: &str) -> Node {
+        Node::spawn_at(&format!("127.0.0.1:{port}"), args, env, tag)
+    }
+
+    /// As [`spawn`](Self::spawn), with remoting on `bind` (`HOST:PORT`).
+    pub fn spawn_at(bind: &str, args: &[String], env: &[(&str, &str)], tag: &str) -> Node {
         let log =
             std::env::temp_dir().join(format!("troupe-node-{}-{tag}.log", std::process::id()));
         let child = Command::new(node_binary())
-            .args(["--bind", &format!("127.0.0.1:{port}")])
+            .args(["--bind", bind])
             .args(args)
             .env("TROUPE_SECRET", SECRET)
             .env("NO_COLOR", "1")
@@ -78,7 +83,7 @@ impl Node {
             .expect("troupe-node starts");
         Node {
             child,
-            address: format!("troupe://troupe@127.0.0.1:{port}"),
+            address: format!("troupe://troupe@{bind}"),
             log,
             scratch: None,
         }
