@@ -538,10 +538,20 @@ struct MergeIn {
     entry: WireEntry,
 }
 
+/// The local value of a key, after the reads of a `get` merged in.
 #[derive(Message)]
-#[message(reply = Option<Box<dyn Erased>>)]
+#[message(reply = Snapshotted)]
 struct Snapshot {
     key: String,
+}
+
+/// The answer to [`Snapshot`]: the key may have been deleted since the
+/// `get` began (a delete merged in meanwhile), which is an error, not
+/// "no value".
+enum Snapshotted {
+    Value(Box<dyn Erased>),
+    Absent,
+    Deleted,
 }
 
 #[derive(Message)]
@@ -1028,10 +1038,11 @@ impl ReplicatorActor {
         self.merge_in(&m.key, m.entry);
     }
 
-    async fn snapshot(&mut self, s: Snapshot, _ctx: &mut Context<Self>) -> Option<Box<dyn Erased>> {
+    async fn snapshot(&mut self, s: Snapshot, _ctx: &mut Context<Self>) -> Snapshotted {
         match self.entries.get(&s.key).map(|e| &e.value) {
-            Some(Value::Data(d)) => Some(d.clone_box()),
-            _ => None,
+            Some(Value::Data(d)) => Snapshotted::Value(d.clone_box()),
+            Some(Value::Deleted) => Snapshotted::Deleted,
+            Some(Value::Raw { .. }) | None => Snapshotted::Absent,
         }
     }
 
@@ -1632,8 +1643,9 @@ impl Replicator {
             .await
             .map_err(|_| DataError::Stopped)?;
         match snapshot {
-            None => Ok(None),
-            Some(d) => d
+            Snapshotted::Absent => Ok(None),
+            Snapshotted::Deleted => Err(DataError::Deleted(key.name.clone())),
+            Snapshotted::Value(d) => d
                 .as_any()
                 .downcast_ref::<T>()
                 .cloned()
