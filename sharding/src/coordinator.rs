@@ -15,7 +15,7 @@ use crate::entity::Entity;
 use crate::extractor::ShardId;
 use crate::internal_keys::coordinator_state_key;
 use crate::protocol::*;
-use crate::rebalance::{HandOffProgress, RebalanceWorker};
+use crate::rebalance::{HandOffProgress, PendingFlush, RebalanceWorker};
 use crate::region::{region_name, Region};
 use crate::remember::RememberedShardsStore;
 use crate::settings::ShardingSettings;
@@ -55,6 +55,9 @@ pub struct ShardCoordinator<E: Entity> {
     regions: HashMap<RegionId, ActorRef<Region<E>>>,
     /// Shards being handed off.
     rebalancing: HashMap<ShardId, RebalanceWorker>,
+    /// Shards handed off whose old home holds messages for them: their
+    /// new home is announced once those are there.
+    flushing: HashMap<ShardId, PendingFlush>,
     /// Regions shutting down gracefully.
     shutting_down: BTreeSet<RegionId>,
     /// `HostShard`s not yet confirmed, and when they were sent.
@@ -108,6 +111,7 @@ impl<E: Entity> ShardCoordinator<E> {
             },
             regions: HashMap::new(),
             rebalancing: HashMap::new(),
+            flushing: HashMap::new(),
             shutting_down: BTreeSet::new(),
             unconfirmed: HashMap::new(),
             requested: BTreeMap::new(),
@@ -311,6 +315,7 @@ impl<E: Entity> ShardCoordinator<E> {
                 continue;
             };
             self.state.allocate(&shard, &home);
+            self.flush_to(&shard, &home);
             allocated.push((shard, home));
         }
         if allocated.is_empty() {
@@ -360,12 +365,28 @@ impl<E: Entity> ShardCoordinator<E> {
     /// for its confirmation.
     fn host(&mut self, shard: &ShardId, home: &RegionId, now: Instant) {
         self.unconfirmed.insert(shard.clone(), (home.clone(), now));
+        let flush_from = self.flushing.get(shard).map(|f| f.from.clone());
         self.tell_region(
             home,
             HostShard {
                 shard: shard.clone(),
+                flush_from,
             },
         );
+    }
+
+    /// `shard` was allocated to `home`: if its old home holds messages for
+    /// it, they go there first (`FlushShard`, once `home` has started the
+    /// shard). If the old home got the shard back, it delivers them itself.
+    fn flush_to(&mut self, shard: &ShardId, home: &RegionId) {
+        if let Some(f) = self.flushing.get_mut(shard) {
+            if f.from == *home {
+                self.flushing.remove(shard);
+            } else {
+                f.home = Some(home.clone());
+                f.since = Instant::now();
+            }
+        }
     }
 
     /// Remembers newly allocated shards (with remembered entities), in
@@ -423,6 +444,7 @@ impl<E: Entity> ShardCoordinator<E> {
                 continue;
             };
             self.state.allocate(&shard, &home);
+            self.flush_to(&shard, &home);
             allocated.push((shard, home));
         }
         if allocated.is_empty() {
@@ -437,12 +459,14 @@ impl<E: Entity> ShardCoordinator<E> {
         let now = Instant::now();
         for (shard, home) in allocated {
             self.host(&shard, &home, now);
-            self.tell_home_to_all(&shard, &home, false);
+            if !self.flushing.contains_key(&shard) {
+                self.tell_home_to_all(&shard, &home, false);
+            }
         }
     }
 
     fn start_hand_off(&mut self, shard: ShardId, ctx: &mut Context<Self>) {
-        if self.rebalancing.contains_key(&shard) {
+        if self.rebalancing.contains_key(&shard) || self.flushing.contains_key(&shard) {
             return;
         }
         let Some(from) = self.state.shards.get(&shard).cloned() else {
@@ -471,6 +495,7 @@ impl<E: Entity> ShardCoordinator<E> {
         &mut self,
         shard: &ShardId,
         progress: HandOffProgress,
+        holding: bool,
         ctx: &mut Context<Self>,
     ) {
         match progress {
@@ -487,7 +512,8 @@ impl<E: Entity> ShardCoordinator<E> {
                 let Some(worker) = self.rebalancing.remove(shard) else {
                     return;
                 };
-                self.finish_hand_off(shard, worker.from().clone()).await;
+                self.finish_hand_off(shard, worker.from().clone(), holding)
+                    .await;
                 if self.rebalancing.is_empty() {
                     // The previous round is over: go on while unbalanced.
                     let _ = ctx.myself().tell(RebalanceTick);
@@ -511,14 +537,40 @@ impl<E: Entity> ShardCoordinator<E> {
 
     /// The shard left `from`: allocate it at once and tell every region
     /// its new home, rather than waiting for their next request (if no
-    /// region can take it now, they ask again and wait).
-    async fn finish_hand_off(&mut self, shard: &ShardId, from: RegionId) {
+    /// region can take it now, they ask again and wait). If `from` holds
+    /// messages for the shard, the other regions are told only once those
+    /// are at the new home.
+    async fn finish_hand_off(&mut self, shard: &ShardId, from: RegionId, holding: bool) {
         self.state.deallocate(shard);
         self.unconfirmed.remove(shard);
+        if holding && self.state.regions.contains_key(&from) {
+            self.flushing.insert(
+                shard.clone(),
+                PendingFlush {
+                    from: from.clone(),
+                    home: None,
+                    since: Instant::now(),
+                },
+            );
+        }
         match self.allocate(shard, &from).await {
             // The new home learnt it from `HostShard`.
-            Some(home) => self.tell_home_to_all(shard, &home, false),
+            Some(home) if !self.flushing.contains_key(shard) => {
+                self.tell_home_to_all(shard, &home, false)
+            }
+            Some(_) => {}
             None => self.save().await,
+        }
+    }
+
+    /// The messages that the old home of `shard` held are at its new home
+    /// (or never will be): tell every region where it lives.
+    fn flushed(&mut self, shard: &ShardId, including_home: bool) {
+        if let Some(PendingFlush {
+            home: Some(home), ..
+        }) = self.flushing.remove(shard)
+        {
+            self.tell_home_to_all(shard, &home, including_home);
         }
     }
 
@@ -540,6 +592,13 @@ impl<E: Entity> ShardCoordinator<E> {
         let shards = self.state.remove_region(region);
         self.regions.remove(region);
         self.shutting_down.remove(region);
+        // Shards on their way here go elsewhere (their old homes flush
+        // again to the next home).
+        for f in self.flushing.values_mut() {
+            if f.home.as_ref() == Some(region) {
+                f.home = None;
+            }
+        }
         tracing::info!(
             "sharding: region {region} of `{}` is gone; its {} shards will be allocated again",
             E::TYPE_NAME,
@@ -558,7 +617,7 @@ impl<E: Entity> ShardCoordinator<E> {
                 HandOffProgress::Done | HandOffProgress::Failed => {
                     // Its home is gone, so are its entities.
                     self.rebalancing.remove(&s);
-                    self.finish_hand_off(&s, region.clone()).await;
+                    self.finish_hand_off(&s, region.clone(), false).await;
                 }
                 HandOffProgress::Waiting => {}
             }
@@ -659,6 +718,9 @@ impl<E: Entity> ShardCoordinator<E> {
         if self.rebalancing.contains_key(&shard) {
             return; // answered when the hand-off completes
         }
+        if self.flushing.get(&shard).is_some_and(|f| f.home.is_some()) {
+            return; // answered once the old home's messages are there
+        }
         if let Some(home) = self.state.shards.get(&shard).cloned() {
             self.tell_region(
                 &region,
@@ -687,6 +749,10 @@ impl<E: Entity> ShardCoordinator<E> {
             if self.rebalancing.contains_key(shard) {
                 continue;
             }
+            // Answered once the messages held for it are at its home.
+            if self.flushing.get(shard).is_some_and(|f| f.home.is_some()) {
+                continue;
+            }
             if let Some(home) = self.state.shards.get(shard).cloned() {
                 for region in askers {
                     self.tell_region(
@@ -712,6 +778,9 @@ impl<E: Entity> ShardCoordinator<E> {
             );
         }
         for (shard, home) in allocated {
+            if self.flushing.contains_key(&shard) {
+                continue;
+            }
             for region in &requested[&shard] {
                 if *region != home {
                     self.tell_region(
@@ -730,6 +799,31 @@ impl<E: Entity> ShardCoordinator<E> {
         if matches!(self.unconfirmed.get(&msg.shard), Some((r, _)) if *r == msg.region) {
             self.unconfirmed.remove(&msg.shard);
         }
+        // The new home runs the shard: the old one may send what it holds
+        // (not before, or those messages would wait behind the new home's
+        // own).
+        if let Some(f) = self.flushing.get(&msg.shard) {
+            if f.home.as_ref() == Some(&msg.region) {
+                let from = f.from.clone();
+                self.tell_region(
+                    &from,
+                    FlushShard {
+                        shard: msg.shard,
+                        home: msg.region,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Comes from the new home, behind the messages the old home held.
+    async fn on_shard_flushed(&mut self, msg: ShardFlushed) {
+        let done = self.flushing.get(&msg.shard).is_some_and(|f| {
+            f.from == msg.region && self.state.shards.get(&msg.shard) == f.home.as_ref()
+        });
+        if done {
+            self.flushed(&msg.shard, false);
+        }
     }
 
     async fn on_begin_hand_off_ack(&mut self, msg: BeginHandOffAck, ctx: &mut Context<Self>) {
@@ -737,7 +831,7 @@ impl<E: Entity> ShardCoordinator<E> {
             Some(w) => w.acked(&msg.region),
             None => return,
         };
-        self.advance(&msg.shard, progress, ctx).await;
+        self.advance(&msg.shard, progress, false, ctx).await;
     }
 
     async fn on_shard_stopped(&mut self, msg: ShardStopped, ctx: &mut Context<Self>) {
@@ -747,12 +841,13 @@ impl<E: Entity> ShardCoordinator<E> {
                 // A hand-off that was given up finished after all: the
                 // shard has no running home any more.
                 if self.state.shards.get(&msg.shard) == Some(&msg.region) {
-                    self.finish_hand_off(&msg.shard, msg.region).await;
+                    self.finish_hand_off(&msg.shard, msg.region, msg.holding)
+                        .await;
                 }
                 return;
             }
         };
-        self.advance(&msg.shard, progress, ctx).await;
+        self.advance(&msg.shard, progress, msg.holding, ctx).await;
     }
 
     async fn on_graceful_shutdown(&mut self, msg: GracefulShutdownReq, ctx: &mut Context<Self>) {
@@ -777,6 +872,19 @@ impl<E: Entity> ShardCoordinator<E> {
     async fn on_membership(&mut self, msg: MembershipChanged) {
         self.refresh_cluster_state().await;
         if let ClusterEvent::MemberRemoved(m, _) = msg.0 {
+            // What a removed member held for shards it handed off is lost
+            // with it: their new homes wait no longer. (A region that
+            // stopped gracefully sent `ShardFlushed` before it stopped.)
+            let lost: Vec<ShardId> = self
+                .flushing
+                .iter()
+                .filter(|(_, f)| f.from == m.node)
+                .map(|(s, _)| s.clone())
+                .collect();
+            for s in lost {
+                self.flushed(&s, true);
+                self.flushing.remove(&s);
+            }
             self.region_gone(&m.node).await;
         }
         // A member Up may complete `min-nr-of-members` for regions that
@@ -806,7 +914,24 @@ impl<E: Entity> ShardCoordinator<E> {
             })
             .collect();
         for (s, p) in stalled {
-            self.advance(&s, p, ctx).await;
+            self.advance(&s, p, false, ctx).await;
+        }
+        // Flushes that did not complete in time (the old home's messages
+        // were lost on the way): the new home stops waiting for them.
+        let late: Vec<ShardId> = self
+            .flushing
+            .iter()
+            .filter(|(_, f)| {
+                f.home.is_some() && now.duration_since(f.since) >= self.settings.handoff_timeout
+            })
+            .map(|(s, _)| s.clone())
+            .collect();
+        for s in late {
+            tracing::warn!(
+                "sharding: the old home of shard {s} of `{}` did not pass on the messages it held                  within handoff-timeout; its new home is announced without them",
+                E::TYPE_NAME
+            );
+            self.flushed(&s, true);
         }
         // Remembered shards without a home (none could host them before),
         // and allocated shards whose remembering failed.
@@ -876,10 +1001,13 @@ impl<E: Entity> ShardCoordinator<E> {
         }
     }
 
+    /// The homes a registering region learns: not those of shards that
+    /// are moving (it hears of them when they have moved).
     fn homes(&self) -> Vec<(ShardId, RegionId)> {
         self.state
             .shards
             .iter()
+            .filter(|(s, _)| !self.rebalancing.contains_key(*s) && !self.flushing.contains_key(*s))
             .map(|(s, r)| (s.clone(), r.clone()))
             .collect()
     }

@@ -55,6 +55,11 @@ pub(crate) struct BeginHandOffAck {
 pub(crate) struct ShardStopped {
     pub(crate) shard: ShardId,
     pub(crate) region: RegionId,
+    /// The region holds messages for the shard (those its entities had
+    /// not taken yet, and those that came during the hand-off): the new
+    /// home must get them before anything sent there directly.
+    #[serde(default)]
+    pub(crate) holding: bool,
 }
 
 /// A region is shutting down: hand off all its shards.
@@ -93,6 +98,20 @@ pub(crate) struct ShardHome {
 #[message(name = "troupe.sharding.HostShard")]
 pub(crate) struct HostShard {
     pub(crate) shard: ShardId,
+    /// The shard's previous home, which holds messages for it: until they
+    /// arrive (`ShardFlushed`), the messages of local senders wait.
+    #[serde(default)]
+    pub(crate) flush_from: Option<RegionId>,
+}
+
+/// Send the messages held for this shard to its new home, then
+/// `ShardFlushed` behind them (to the home, which passes it on to the
+/// coordinator).
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.FlushShard")]
+pub(crate) struct FlushShard {
+    pub(crate) shard: ShardId,
+    pub(crate) home: RegionId,
 }
 
 /// A hand-off of this shard begins: buffer its messages.
@@ -110,6 +129,17 @@ pub(crate) struct HandOff {
 }
 
 // ---- region -> region ----
+
+/// The old home of a shard has sent every message it held for it (this
+/// follows them on the same link); the new home passes it on to the
+/// coordinator, which then tells the other regions the new home.
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(name = "troupe.sharding.ShardFlushed")]
+pub(crate) struct ShardFlushed {
+    pub(crate) shard: ShardId,
+    /// The old home.
+    pub(crate) region: RegionId,
+}
 
 /// An entity's message on its way to the region that hosts the entity:
 /// the entity type's name, the entity and shard ids, and the message as

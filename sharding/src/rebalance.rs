@@ -107,6 +107,23 @@ impl RebalanceWorker {
     }
 }
 
+/// A shard that left a region which still holds messages for it (those
+/// its entities had not taken when they stopped, and those that reached
+/// that region during the hand-off). Its new home is announced to the
+/// other regions only once those messages are there (`ShardFlushed`):
+/// announced earlier, a sender's newer messages could reach the new home
+/// before its older ones held at the old home. (Pekko announces at once
+/// and lets the old home forward, which can reorder them.)
+#[derive(Debug)]
+pub(crate) struct PendingFlush {
+    /// The old home, which holds the messages.
+    pub(crate) from: RegionId,
+    /// The new home, once allocated.
+    pub(crate) home: Option<RegionId>,
+    /// Since when the new home is known (or the shard stopped).
+    pub(crate) since: Instant,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -363,6 +363,11 @@ pub struct Region<E: Entity> {
     shards: HashMap<ShardId, HostedShard<E>>,
     /// Shards whose hand-off has begun and whose new home is not known.
     handing_off: HashSet<ShardId>,
+    /// Shards hosted here whose previous home is passing on the messages
+    /// it held for them: those go to the shard as they come, the messages
+    /// of local senders wait in the buffer behind them until
+    /// `ShardFlushed` (with the old home, and since when).
+    awaiting_flush: HashMap<ShardId, (RegionId, Instant)>,
     /// Shards whose home was asked for (and when).
     requested: HashMap<ShardId, Instant>,
     /// The home of each shard hosted by another region.
@@ -437,6 +442,7 @@ impl<E: Entity> Region<E> {
             buffers: HashMap::new(),
             shards: HashMap::new(),
             handing_off: HashSet::new(),
+            awaiting_flush: HashMap::new(),
             requested: HashMap::new(),
             remote_homes: HashMap::new(),
             removed: HashSet::new(),
@@ -642,6 +648,19 @@ impl<E: Entity> Region<E> {
     /// The home of `shard` is `region`: publish it and deliver what was
     /// buffered, in order.
     fn home_known(&mut self, shard: ShardId, region: RegionId, ctx: &mut Context<Self>) {
+        self.publish_home(shard, region, ctx);
+        self.finish_shutdown_if_done(ctx);
+    }
+
+    /// [`home_known`](Self::home_known) but for the end of a graceful
+    /// shutdown. Returns the home's region actor if the home is another
+    /// region (and the buffer went there).
+    fn publish_home(
+        &mut self,
+        shard: ShardId,
+        region: RegionId,
+        ctx: &mut Context<Self>,
+    ) -> Option<ActorRef<Region<E>>> {
         if self.removed.contains(&region) {
             // The coordinator has not yet seen the removal: keep the
             // messages and ask again on the next retry.
@@ -649,21 +668,21 @@ impl<E: Entity> Region<E> {
                 "sharding: shard {shard} of `{}` is said to be on removed member {region}; asking again",
                 E::TYPE_NAME
             );
-            return;
+            return None;
         }
+        self.awaiting_flush.remove(&shard);
         self.requested.remove(&shard);
         self.handing_off.remove(&shard);
         self.remote_homes.remove(&shard);
         let route = self.shared.route(&shard);
         if region == self.me {
-            let Some(actor) = self.start_shard(&shard, ctx) else {
-                return;
-            };
+            let actor = self.start_shard(&shard, ctx)?;
             let local = self.shards[&shard].1.clone();
             route.set_home(Home::Local(local));
             for d in self.take_buffer(&shard) {
                 self.hand_to_shard(&route, &actor, d);
             }
+            None
         } else {
             if self.shards.contains_key(&shard) {
                 tracing::warn!(
@@ -676,7 +695,7 @@ impl<E: Entity> Region<E> {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!("sharding: cannot reach region {path}: {e}");
-                    return;
+                    return None;
                 }
             };
             route.set_home(Home::Remote(remote.clone()));
@@ -684,8 +703,8 @@ impl<E: Entity> Region<E> {
             for d in self.take_buffer(&shard) {
                 d.send_remote(&self.shared.system, &shard, &remote);
             }
+            Some(remote)
         }
-        self.finish_shutdown_if_done(ctx);
     }
 
     /// Stops the region once a graceful shutdown has handed off every
@@ -718,9 +737,26 @@ impl<E: Entity> Region<E> {
         self.route(&route, delivery);
     }
 
-    async fn on_retry(&mut self, _msg: Retry) {
+    async fn on_retry(&mut self, _msg: Retry, ctx: &mut Context<Self>) {
         if !self.registered {
             self.register();
+        }
+        // The old home's messages did not come (it failed, or the
+        // coordinator that was to ask for them did): stop waiting.
+        let timeout = self.shared.settings.handoff_timeout;
+        let late: Vec<ShardId> = self
+            .awaiting_flush
+            .iter()
+            .filter(|(_, (_, since))| since.elapsed() >= timeout)
+            .map(|(s, _)| s.clone())
+            .collect();
+        for shard in late {
+            tracing::warn!(
+                "sharding: the messages that the old home of shard {shard} of `{}` held did not                  come within handoff-timeout; delivering those sent here since",
+                E::TYPE_NAME
+            );
+            let me = self.me.clone();
+            self.home_known(shard, me, ctx);
         }
         // Shards being handed off too (as Pekko): the coordinator does not
         // answer while the hand-off runs, but one that ended without a new
@@ -760,12 +796,55 @@ impl<E: Entity> Region<E> {
     }
 
     async fn on_host_shard(&mut self, msg: HostShard, ctx: &mut Context<Self>) {
-        let shard = msg.shard;
+        let HostShard { shard, flush_from } = msg;
         if self.start_shard(&shard, ctx).is_some() {
             let me = self.me.clone();
-            self.home_known(shard.clone(), me.clone(), ctx);
+            match flush_from {
+                // Local senders' messages wait for the old home's (the
+                // route stays unknown, so they come to this actor).
+                Some(from) if from != me && !self.removed.contains(&from) => {
+                    self.awaiting_flush
+                        .entry(shard.clone())
+                        .or_insert_with(|| (from, Instant::now()));
+                }
+                _ => self.home_known(shard.clone(), me.clone(), ctx),
+            }
             let _ = self.coordinator.tell(ShardStarted { shard, region: me });
         }
+    }
+
+    /// The coordinator asks this region, the old home of `shard`, to send
+    /// the messages it holds for it to its new home.
+    async fn on_flush_shard(&mut self, msg: FlushShard, ctx: &mut Context<Self>) {
+        let FlushShard { shard, home } = msg;
+        if let Some(new_home) = self.publish_home(shard.clone(), home, ctx) {
+            // Behind the messages, on the same link.
+            let flushed = ShardFlushed {
+                shard,
+                region: self.me.clone(),
+            };
+            if let Err(e) = new_home.tell(flushed) {
+                tracing::warn!(
+                    "sharding: cannot tell the new home of a shard of `{}` that its messages                      were sent: {e}",
+                    E::TYPE_NAME
+                );
+            }
+        }
+        self.finish_shutdown_if_done(ctx);
+    }
+
+    /// From the old home of a shard hosted here, behind the messages it
+    /// held: local senders' messages may follow them now.
+    async fn on_shard_flushed(&mut self, msg: ShardFlushed, ctx: &mut Context<Self>) {
+        if self
+            .awaiting_flush
+            .get(&msg.shard)
+            .is_some_and(|(from, _)| *from == msg.region)
+        {
+            let me = self.me.clone();
+            self.home_known(msg.shard.clone(), me, ctx);
+        }
+        let _ = self.coordinator.tell(msg);
     }
 
     async fn on_begin_hand_off(&mut self, msg: BeginHandOff) {
@@ -821,24 +900,22 @@ impl<E: Entity> Region<E> {
     async fn on_hand_off(&mut self, msg: HandOff, ctx: &mut Context<Self>) {
         let shard = msg.shard;
         self.handing_off.insert(shard.clone());
+        self.awaiting_flush.remove(&shard);
         self.shared.route(&shard).set_home(Home::Unknown);
-        match self.shards.get(&shard) {
-            Some((actor, _)) => {
-                if actor.tell(ShardHandOff).is_err() {
-                    self.shards.remove(&shard);
-                    self.shards_updated(ctx);
-                    let _ = self.coordinator.tell(ShardStopped {
-                        shard,
-                        region: self.me.clone(),
-                    });
-                }
+        let stopped = match self.shards.get(&shard) {
+            Some((actor, _)) => actor.tell(ShardHandOff).is_err(),
+            None => true,
+        };
+        if stopped {
+            if self.shards.remove(&shard).is_some() {
+                self.shards_updated(ctx);
             }
-            None => {
-                let _ = self.coordinator.tell(ShardStopped {
-                    shard,
-                    region: self.me.clone(),
-                });
-            }
+            let holding = self.buffers.contains_key(&shard);
+            let _ = self.coordinator.tell(ShardStopped {
+                shard,
+                region: self.me.clone(),
+                holding,
+            });
         }
     }
 
@@ -853,9 +930,11 @@ impl<E: Entity> Region<E> {
         for d in leftovers.into_iter().chain(later) {
             self.buffer(&route, d);
         }
+        let holding = self.buffers.contains_key(&shard);
         let _ = self.coordinator.tell(ShardStopped {
             shard,
             region: self.me.clone(),
+            holding,
         });
         self.finish_shutdown_if_done(ctx);
     }
@@ -999,6 +1078,14 @@ impl<E: Entity> Handler<ShardEnvelope> for Region<E> {
                 reply,
             }),
         );
+        // The old home passing on what it held: ahead of the local
+        // senders' messages that wait here.
+        if self.awaiting_flush.contains_key(&shard) {
+            if let Some((actor, _)) = self.shards.get(&shard) {
+                let actor = actor.clone();
+                return self.hand_to_shard(&route, &actor, delivery);
+            }
+        }
         self.route(&route, delivery);
     }
 }

@@ -519,6 +519,7 @@ fn register_protocol<E: Entity>(system: &ActorSystem) -> Result<(), troupe_core:
         .register::<ShardCoordinator<E>, ShardStarted>()?
         .register::<ShardCoordinator<E>, BeginHandOffAck>()?
         .register::<ShardCoordinator<E>, ShardStopped>()?
+        .register::<ShardCoordinator<E>, ShardFlushed>()?
         .register::<ShardCoordinator<E>, GracefulShutdownReq>()?
         .register::<ShardCoordinator<E>, RegionStopped>()?
         .register::<Region<E>, RegisterAck>()?
@@ -527,6 +528,8 @@ fn register_protocol<E: Entity>(system: &ActorSystem) -> Result<(), troupe_core:
         .register::<Region<E>, BeginHandOff>()?
         .register::<Region<E>, HandOff>()?
         .register::<Region<E>, BeginHandOffAck>()?
+        .register::<Region<E>, FlushShard>()?
+        .register::<Region<E>, ShardFlushed>()?
         .register::<Region<E>, ShardEnvelope>()?
         .register::<Region<E>, GetRegionState>()?;
     Ok(())
