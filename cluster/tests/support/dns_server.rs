@@ -104,11 +104,17 @@ impl DnsServer {
     /// Starts a server on 127.0.0.1, a port chosen by the OS (the same
     /// for UDP and TCP).
     pub fn start(zone: Zone) -> DnsServer {
+        DnsServer::start_on(IpAddr::from([127, 0, 0, 1]), zone)
+    }
+
+    /// Starts a server on `ip` (e.g. a bridge that network namespaces
+    /// reach), a port chosen by the OS (the same for UDP and TCP).
+    pub fn start_on(ip: IpAddr, zone: Zone) -> DnsServer {
         // Find a port free for both UDP and TCP.
         let (udp, tcp) = loop {
-            let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let udp = UdpSocket::bind((ip, 0)).unwrap();
             let port = udp.local_addr().unwrap().port();
-            if let Ok(tcp) = TcpListener::bind(("127.0.0.1", port)) {
+            if let Ok(tcp) = TcpListener::bind((ip, port)) {
                 break (udp, tcp);
             }
         };

@@ -435,6 +435,11 @@ fn run(args: Args) -> Result<(), String> {
                 .map(|m| (m.node.address.to_string(), m.status))
                 .collect::<Vec<_>>()
         );
+        // As events (Akka's InitialStateAsEvents): this node may already
+        // be Up, and others with it, before this subscription.
+        for m in &snapshot.members {
+            tracing::info!("member {} is {}", m.node.address, m.status);
+        }
         // Log the membership until a signal comes, or until the shutdown
         // runs by itself (this node was made to leave, or was downed or
         // removed).

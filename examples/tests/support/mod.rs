@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test uses a part
 
 pub mod counters;
+pub mod netns;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -68,9 +69,35 @@ impl Node {
 
     /// As [`spawn`](Self::spawn), with remoting on `bind` (`HOST:PORT`).
     pub fn spawn_at(bind: &str, args: &[String], env: &[(&str, &str)], tag: &str) -> Node {
+        Node::spawn_with(Command::new(node_binary()), bind, args, env, tag)
+    }
+
+    /// As [`spawn_at`](Self::spawn_at), inside the network namespace
+    /// `netns` (`ip netns exec` replaces itself with the node, so the
+    /// child is the node).
+    pub fn spawn_in_netns(
+        netns: &str,
+        bind: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        tag: &str,
+    ) -> Node {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", netns]).arg(node_binary());
+        Node::spawn_with(command, bind, args, env, tag)
+    }
+
+    /// `command` (which runs `troupe-node`) with remoting on `bind`.
+    fn spawn_with(
+        mut command: Command,
+        bind: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        tag: &str,
+    ) -> Node {
         let log =
             std::env::temp_dir().join(format!("troupe-node-{}-{tag}.log", std::process::id()));
-        let child = Command::new(node_binary())
+        let child = command
             .args(["--bind", bind])
             .args(args)
             .env("TROUPE_SECRET", SECRET)

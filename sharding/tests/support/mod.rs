@@ -535,6 +535,10 @@ pub async fn locate(counter: &EntityRef<Counter>) -> String {
     }
 }
 
+/// Waits until every one of `nodes` sees `n` members, all Up, and the
+/// `Counter` region of each (where started) has registered with the
+/// coordinator: a member is Up some time before its region registers, and
+/// a coordinator allocates only to registered regions.
 pub async fn all_up(nodes: &[&Node], n: usize) {
     eventually("all members Up", async || {
         for node in nodes {
@@ -542,6 +546,15 @@ pub async fn all_up(nodes: &[&Node], n: usize) {
                 return false;
             };
             if s.members.len() != n || s.members.iter().any(|m| m.status != MemberStatus::Up) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    eventually("every region registered", async || {
+        for node in nodes {
+            if let Ok(false) = node.sharding.is_registered::<Counter>().await {
                 return false;
             }
         }
