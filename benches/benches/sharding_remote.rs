@@ -125,8 +125,18 @@ fn start_node(seed: Option<&str>) -> Node {
 }
 
 /// A child node: runs until its standard input closes.
+/// Waits until `node`'s region has registered with the coordinator: a
+/// member is Up a moment before its region registers, and shards are
+/// allocated only to registered regions.
+async fn registered(node: &Node) {
+    while !node.sharding.is_registered::<Sink>().await.unwrap_or(false) {
+        rt::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn child(seed: &str) {
     let node = start_node(Some(seed));
+    rt::block_on(registered(&node));
     println!("{}", node.cluster.self_address());
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
@@ -174,12 +184,13 @@ fn main() {
             }
             rt::sleep(Duration::from_millis(50)).await;
         }
+        registered(&first).await;
         // An entity on the second node.
         let target_node = &addresses[0];
         let mut remote_entity: Option<EntityRef<Sink>> = None;
         // Shards that have a home by now.
         let mut used = std::collections::BTreeSet::new();
-        for i in 0.. {
+        for i in 0..100 {
             let r: EntityRef<Sink> = first.sharding.entity_ref(format!("e{i}")).unwrap();
             used.insert(r.shard_id().to_string());
             let at = r
