@@ -356,7 +356,8 @@ impl<A: Actor> ActorRef<A> {
     }
 
     /// Sends `msg` and waits for the reply, for at most the system's
-    /// default ask timeout.
+    /// default ask timeout. A local idle actor may handle it on the calling
+    /// thread (see [`ask_timeout`](Self::ask_timeout)).
     pub fn ask<M>(&self, msg: M) -> Ask<M::Reply>
     where
         M: Message,
@@ -371,6 +372,12 @@ impl<A: Actor> ActorRef<A> {
 
     /// Sends `msg` and waits for the reply for at most `timeout`. The
     /// message is sent at once, before the returned future is awaited.
+    ///
+    /// If the actor is local and idle, its handler usually runs right here,
+    /// on the calling thread, inside this call (the reply is then ready
+    /// when the future is first polled): do not hold a lock across this
+    /// call that the handler takes too. A handler that has to wait moves
+    /// to the executor at its first wait.
     pub fn ask_timeout<M>(&self, msg: M, timeout: Duration) -> Ask<M::Reply>
     where
         M: Message,
@@ -391,7 +398,8 @@ impl<A: Actor> ActorRef<A> {
             }
         }
         let (tx, rx) = oneshot::channel();
-        match cell.enqueue(Node::new(Envelope {
+        // An idle actor handles the ask right here (see `enqueue_ask`).
+        match cell.enqueue_ask(Node::new(Envelope {
             msg,
             reply: Some(Replier::local(tx)),
         })) {
