@@ -10,7 +10,8 @@
 //! from a clean heap and executor thread counts can differ. Workloads:
 //!
 //! - `spawn`: spawn 100,000 actors, then ask each once; µs per actor
-//!   (spawn + first ask) and RSS growth per idle actor;
+//!   (spawn + first ask, with the executor on two threads and on one) and
+//!   RSS growth per idle actor;
 //! - `tell`: 2,000,000 tells to one counting actor, then one ask that
 //!   confirms the count; messages per second;
 //! - `ask`: 200,000 sequential asks; µs per round trip, with the executor
@@ -879,6 +880,12 @@ fn main() {
     // (column, workload, threads, figure)
     let columns = [
         ("spawn µs/actor", "spawn", 2, "spawn_and_ask_us_per_actor"),
+        (
+            "spawn µs (1 thread)",
+            "spawn",
+            1,
+            "spawn_and_ask_us_per_actor",
+        ),
         ("bytes/idle actor", "spawn", 2, "bytes_per_idle_actor"),
         ("tell msg/s", "tell", 2, "tell_msgs_per_sec"),
         ("ask µs (1 thread)", "ask", 1, "ask_us"),
@@ -927,10 +934,11 @@ fn main() {
     for (fw, row) in &results {
         let fields: Vec<String> = [
             ("spawn_us_per_actor", 0),
-            ("bytes_per_idle_actor", 1),
-            ("tell_msgs_per_sec", 2),
-            ("ask_us_1_thread", 3),
-            ("ask_us_2_threads", 4),
+            ("spawn_us_per_actor_1_thread", 1),
+            ("bytes_per_idle_actor", 2),
+            ("tell_msgs_per_sec", 3),
+            ("ask_us_1_thread", 4),
+            ("ask_us_2_threads", 5),
         ]
         .iter()
         .filter_map(|(key, i)| {
