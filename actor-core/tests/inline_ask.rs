@@ -86,7 +86,9 @@ fn inline_asks_stay_exclusive_under_concurrent_tells() {
         }
         inline
     });
-    assert!(inline > 160, "only {inline} of 320 quiet asks ran inline");
+    // Usually over 300; the bound is loose so that a loaded machine (an
+    // executor thread slow to park) does not fail it.
+    assert!(inline > 64, "only {inline} of 320 quiet asks ran inline");
 
     // Busy: asker threads race teller threads for the actor.
     let tellers: Vec<_> = (0..TELLERS)
