@@ -284,8 +284,18 @@ impl<A: Actor> ActorRef<A> {
                 return Err((TellError::MailboxFull(msg), reply));
             }
         }
+        // A letter with a reply (a forwarded ask, or one that came over
+        // the network, delivered by the connection's reader) takes the
+        // ask's fast path: an idle actor handles it on this thread.
+        let wants_reply = reply.is_some();
         let Some(sender) = sender else {
-            return match cell.enqueue(Node::new(Envelope { msg, reply })) {
+            let node = Node::new(Envelope { msg, reply });
+            let queued = if wants_reply {
+                cell.enqueue_ask(node)
+            } else {
+                cell.enqueue(node)
+            };
+            return match queued {
                 Ok(()) => Ok(()),
                 Err(node) => {
                     let Envelope { msg, reply } = Self::undeliverable(cell, node);
@@ -293,7 +303,13 @@ impl<A: Actor> ActorRef<A> {
                 }
             };
         };
-        match cell.enqueue(Node::new(Sent { msg, reply, sender })) {
+        let node = Node::new(Sent { msg, reply, sender });
+        let queued = if wants_reply {
+            cell.enqueue_ask(node)
+        } else {
+            cell.enqueue(node)
+        };
+        match queued {
             Ok(()) => Ok(()),
             Err(node) => {
                 if let Some(b) = &cell.bounded {
