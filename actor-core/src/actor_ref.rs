@@ -284,8 +284,18 @@ impl<A: Actor> ActorRef<A> {
                 return Err((TellError::MailboxFull(msg), reply));
             }
         }
+        // A letter with a reply (a forwarded ask, or one that came over
+        // the network, delivered by the connection's reader) takes the
+        // ask's fast path: an idle actor handles it on this thread.
+        let wants_reply = reply.is_some();
         let Some(sender) = sender else {
-            return match cell.enqueue(Node::new(Envelope { msg, reply })) {
+            let node = Node::new(Envelope { msg, reply });
+            let queued = if wants_reply {
+                cell.enqueue_ask(node)
+            } else {
+                cell.enqueue(node)
+            };
+            return match queued {
                 Ok(()) => Ok(()),
                 Err(node) => {
                     let Envelope { msg, reply } = Self::undeliverable(cell, node);
@@ -293,7 +303,13 @@ impl<A: Actor> ActorRef<A> {
                 }
             };
         };
-        match cell.enqueue(Node::new(Sent { msg, reply, sender })) {
+        let node = Node::new(Sent { msg, reply, sender });
+        let queued = if wants_reply {
+            cell.enqueue_ask(node)
+        } else {
+            cell.enqueue(node)
+        };
+        match queued {
             Ok(()) => Ok(()),
             Err(node) => {
                 if let Some(b) = &cell.bounded {
@@ -356,7 +372,8 @@ impl<A: Actor> ActorRef<A> {
     }
 
     /// Sends `msg` and waits for the reply, for at most the system's
-    /// default ask timeout.
+    /// default ask timeout. A local idle actor may handle it on the calling
+    /// thread (see [`ask_timeout`](Self::ask_timeout)).
     pub fn ask<M>(&self, msg: M) -> Ask<M::Reply>
     where
         M: Message,
@@ -371,6 +388,12 @@ impl<A: Actor> ActorRef<A> {
 
     /// Sends `msg` and waits for the reply for at most `timeout`. The
     /// message is sent at once, before the returned future is awaited.
+    ///
+    /// If the actor is local and idle, its handler usually runs right here,
+    /// on the calling thread, inside this call (the reply is then ready
+    /// when the future is first polled): do not hold a lock across this
+    /// call that the handler takes too. A handler that has to wait moves
+    /// to the executor at its first wait.
     pub fn ask_timeout<M>(&self, msg: M, timeout: Duration) -> Ask<M::Reply>
     where
         M: Message,
@@ -391,7 +414,8 @@ impl<A: Actor> ActorRef<A> {
             }
         }
         let (tx, rx) = oneshot::channel();
-        match cell.enqueue(Node::new(Envelope {
+        // An idle actor handles the ask right here (see `enqueue_ask`).
+        match cell.enqueue_ask(Node::new(Envelope {
             msg,
             reply: Some(Replier::local(tx)),
         })) {

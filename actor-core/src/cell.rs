@@ -302,6 +302,65 @@ impl Future for Starter {
     }
 }
 
+/// Most inline activations nested on one thread (an inline handler that
+/// asks another idle actor runs it inline too, up to this depth), which
+/// bounds the stack an ask can take.
+const MAX_INLINE_DEPTH: u32 = 4;
+
+/// One ask in this many that could run inline goes to the executor
+/// instead, so that a thread that keeps asking also lets the executor's
+/// other work (and other threads) take its actors' activations.
+const INLINE_FAIRNESS: u32 = 32;
+
+/// Per-thread bookkeeping of asks run inline (see `ActorCell::enqueue_ask`).
+/// Thread-local, so it adds no shared atomic state: the claim on the
+/// cell's `SCHEDULED` bit is what keeps an actor to one activation.
+struct InlineAsks {
+    /// Inline activations currently running on this thread.
+    depth: std::cell::Cell<u32>,
+    /// Asks that could have run inline, for `INLINE_FAIRNESS`.
+    count: std::cell::Cell<u32>,
+}
+
+thread_local! {
+    static INLINE_ASKS: InlineAsks = const {
+        InlineAsks {
+            depth: std::cell::Cell::new(0),
+            count: std::cell::Cell::new(0),
+        }
+    };
+}
+
+/// One level of inline activation on this thread; leaving it (also by a
+/// panic) gives the level back.
+struct InlineDepth;
+
+impl InlineAsks {
+    /// A level of inline activation, if this ask may run inline: the
+    /// nesting bound is not reached and it is not the executor's turn.
+    fn enter() -> Option<InlineDepth> {
+        INLINE_ASKS
+            .try_with(|t| {
+                let n = t.count.get().wrapping_add(1);
+                t.count.set(n);
+                let depth = t.depth.get();
+                if depth >= MAX_INLINE_DEPTH || n % INLINE_FAIRNESS == 0 {
+                    return None;
+                }
+                t.depth.set(depth + 1);
+                Some(InlineDepth)
+            })
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for InlineDepth {
+    fn drop(&mut self) {
+        let _ = INLINE_ASKS.try_with(|t| t.depth.set(t.depth.get().saturating_sub(1)));
+    }
+}
+
 /// A bounded mailbox's count of waiting user messages.
 pub(crate) struct Bounded {
     pub(crate) capacity: usize,
@@ -725,6 +784,53 @@ impl<A: Actor> ActorCell<A> {
         self.mailbox.push(node)?;
         self.schedule();
         Ok(())
+    }
+
+    /// Queues the letter of an ask. If that makes the actor runnable (it
+    /// was idle), the activation runs inline, on the asking thread, rather
+    /// than as a task on the executor: the reply is then there when the
+    /// asker first polls, with no hand-off to another thread and back. See
+    /// `InlineAsks` for the bounds. Gives the letter back if the actor has
+    /// stopped.
+    pub(crate) fn enqueue_ask<L>(
+        self: &Arc<Self>,
+        node: Box<Node<A, L>>,
+    ) -> Result<(), Box<Node<A, L>>>
+    where
+        Node<A, L>: Letter<A> + 'static,
+    {
+        self.mailbox.push(node)?;
+        // The same claim as `schedule`: whoever wins it owns the run state,
+        // so the actor never runs in two places at once.
+        if !self.try_claim() {
+            return Ok(());
+        }
+        let activation = Activation::new(self.clone());
+        match InlineAsks::enter() {
+            Some(_depth) => self.run_inline(activation),
+            None => rt::spawn_detached(activation),
+        }
+        Ok(())
+    }
+
+    /// Runs a claimed activation on this thread until it is idle; one that
+    /// has to wait (a handler that awaits, a full `throughput`, a
+    /// lifecycle phase that waits) continues as a task of its own.
+    fn run_inline(self: &Arc<Self>, mut activation: Activation<A>) {
+        // Wakers registered during this poll are no-ops: if the activation
+        // has to wait, its task polls it again at once (spawning schedules
+        // it), which registers the real waker.
+        let mut cx = TaskContext::from_waker(std::task::Waker::noop());
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut activation).poll(&mut cx)))
+        {
+            Ok(Poll::Ready(())) => {}
+            Ok(Poll::Pending) => rt::spawn_detached(activation),
+            Err(p) => tracing::error!(
+                actor = %self.core.path(),
+                "bug: panic in an inline activation: {}",
+                panic_message(&*p)
+            ),
+        }
     }
 
     /// Starts an activation unless one is running, the actor is suspended

@@ -10,13 +10,26 @@
 //! from a clean heap and executor thread counts can differ. Workloads:
 //!
 //! - `spawn`: spawn 100,000 actors, then ask each once; µs per actor
-//!   (spawn + first ask) and RSS growth per idle actor;
+//!   (spawn + first ask, with the executor on two threads and on one) and
+//!   RSS growth per idle actor;
 //! - `tell`: 2,000,000 tells to one counting actor, then one ask that
 //!   confirms the count; messages per second;
 //! - `ask`: 200,000 sequential asks; µs per round trip, with the executor
 //!   on one thread and on two.
 //!
 //! The parent prints a table and one JSON line per framework.
+//!
+//! With the argument `many` (`cargo bench ... --bench local -- many`), it
+//! runs the many-core workload instead, with the executor on every core
+//! (`available_parallelism`), for N = 1 to that many:
+//!
+//! - N sender actors each tell 1,000,000 messages to a receiver of its own
+//!   (yielding every 1,024, so that a sender shares its thread as a real
+//!   one would), then ask it for its count; messages per second over all
+//!   pairs;
+//! - N pinger actors each ask a ponger of its own 100,000 times in turn;
+//!   µs per round trip (wall time over the asks of one pair, the pairs
+//!   running at once) and asks per second over all pairs.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -25,6 +38,12 @@ use std::time::{Duration, Instant};
 const SPAWN_N: u64 = 100_000;
 const TELL_N: u64 = 2_000_000;
 const ASK_N: u64 = 200_000;
+/// Tells per sender in the many-core workload.
+const MANY_TELLS: u64 = 1_000_000;
+/// Asks per pinger in the many-core workload.
+const MANY_ASKS: u64 = 100_000;
+/// A sender yields to its executor after this many tells.
+const MANY_YIELD_EVERY: u64 = 1024;
 
 /// One measurement: named figures.
 type Figures = Vec<(&'static str, f64)>;
@@ -64,6 +83,25 @@ fn ask_figures(elapsed: Duration) -> Figures {
     vec![("ask_us", elapsed.as_secs_f64() * 1e6 / ASK_N as f64)]
 }
 
+/// The N of a many-core workload named `many{N}`.
+fn many_pairs(workload: &str) -> Option<u64> {
+    workload.strip_prefix("many")?.parse().ok()
+}
+
+fn many_figures(pairs: u64, tells: Duration, asks: Duration) -> Figures {
+    vec![
+        (
+            "many_tell_msgs_per_sec",
+            (pairs * MANY_TELLS) as f64 / tells.as_secs_f64(),
+        ),
+        ("many_ask_us", asks.as_secs_f64() * 1e6 / MANY_ASKS as f64),
+        (
+            "many_asks_per_sec",
+            (pairs * MANY_ASKS) as f64 / asks.as_secs_f64(),
+        ),
+    ]
+}
+
 mod troupe {
     use super::*;
     use troupe_core::prelude::*;
@@ -92,6 +130,98 @@ mod troupe {
         }
     }
 
+    /// Many-core workload: tells `n` messages to its receiver, then asks
+    /// for the count.
+    #[derive(Message)]
+    #[message(reply = u64)]
+    struct Flood(u64);
+
+    /// Many-core workload: asks the ponger `n` times in turn.
+    #[derive(Message)]
+    #[message(reply = ())]
+    struct PingN(u64);
+
+    struct Sender {
+        to: ActorRef<Counter>,
+    }
+    impl Actor for Sender {}
+
+    #[handlers]
+    impl Sender {
+        async fn flood(&mut self, msg: Flood) -> u64 {
+            for i in 1..=msg.0 {
+                self.to.tell(Inc).unwrap();
+                if i % MANY_YIELD_EVERY == 0 {
+                    rt::yield_now().await;
+                }
+            }
+            self.to
+                .ask_timeout(Get, Duration::from_secs(60))
+                .await
+                .unwrap()
+        }
+    }
+
+    struct Pinger {
+        to: ActorRef<Counter>,
+    }
+    impl Actor for Pinger {}
+
+    #[handlers]
+    impl Pinger {
+        async fn ping_n(&mut self, msg: PingN) {
+            for _ in 0..msg.0 {
+                self.to.ask(Get).await.unwrap();
+            }
+        }
+    }
+
+    async fn many(system: &ActorSystem, pairs: u64) -> Figures {
+        let senders: Vec<_> = (0..pairs)
+            .map(|_| {
+                let to = system.spawn(Counter::default());
+                system.spawn(Sender { to })
+            })
+            .collect();
+        let pingers: Vec<_> = (0..pairs)
+            .map(|_| {
+                let to = system.spawn(Counter::default());
+                system.spawn(Pinger { to })
+            })
+            .collect();
+        // Each pair is driven from a task of its own, as the peers' are.
+        let t0 = Instant::now();
+        let tasks: Vec<_> = senders
+            .iter()
+            .map(|s| {
+                let s = s.clone();
+                rt::spawn(async move {
+                    s.ask_timeout(Flood(MANY_TELLS), Duration::from_secs(60))
+                        .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), MANY_TELLS);
+        }
+        let tells = t0.elapsed();
+        let t0 = Instant::now();
+        let tasks: Vec<_> = pingers
+            .iter()
+            .map(|p| {
+                let p = p.clone();
+                rt::spawn(async move {
+                    p.ask_timeout(PingN(MANY_ASKS), Duration::from_secs(60))
+                        .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        many_figures(pairs, tells, t0.elapsed())
+    }
+
     pub fn run(workload: &str) -> Figures {
         let workload = workload.to_string();
         // The driver runs on the executor, as the peers' drivers do.
@@ -99,6 +229,11 @@ mod troupe {
             let system = ActorSystem::new("bench").unwrap();
             let warm = system.spawn(Counter::default());
             warm.ask(Get).await.unwrap();
+            if let Some(pairs) = many_pairs(&workload) {
+                let figures = many(&system, pairs).await;
+                system.shutdown().await;
+                return figures;
+            }
             let figures = match workload.as_str() {
                 "spawn" => {
                     let before = rss_bytes();
@@ -176,7 +311,99 @@ mod actix_bench {
         }
     }
 
+    #[derive(Message)]
+    #[rtype(result = "u64")]
+    struct Flood(u64);
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct PingN(u64);
+
+    struct Sender {
+        to: Addr<Counter>,
+    }
+    impl Actor for Sender {
+        type Context = Context<Self>;
+    }
+    impl Handler<Flood> for Sender {
+        type Result = ResponseFuture<u64>;
+        fn handle(&mut self, msg: Flood, _ctx: &mut Context<Self>) -> Self::Result {
+            let to = self.to.clone();
+            Box::pin(async move {
+                for i in 1..=msg.0 {
+                    to.do_send(Inc);
+                    // Without this the sender holds its arbiter's thread
+                    // for the whole flood.
+                    if i % MANY_YIELD_EVERY == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                to.send(Get).await.unwrap()
+            })
+        }
+    }
+
+    struct Pinger {
+        to: Addr<Counter>,
+    }
+    impl Actor for Pinger {
+        type Context = Context<Self>;
+    }
+    impl Handler<PingN> for Pinger {
+        type Result = ResponseFuture<()>;
+        fn handle(&mut self, msg: PingN, _ctx: &mut Context<Self>) -> Self::Result {
+            let to = self.to.clone();
+            Box::pin(async move {
+                for _ in 0..msg.0 {
+                    to.send(Get).await.unwrap();
+                }
+            })
+        }
+    }
+
+    /// actix runs each arbiter on one thread: one arbiter per core, and the
+    /// two actors of a pair on different arbiters.
+    fn many(pairs: u64, threads: usize) -> Figures {
+        let system = System::new();
+        system.block_on(async move {
+            let arbiters: Vec<Arbiter> = (0..threads).map(|_| Arbiter::new()).collect();
+            let on = |i: usize| arbiters[i % threads].handle();
+            let senders: Vec<_> = (0..pairs as usize)
+                .map(|i| {
+                    let to = Counter::start_in_arbiter(&on(2 * i + 1), |_| Counter::default());
+                    Sender::start_in_arbiter(&on(2 * i), move |_| Sender { to })
+                })
+                .collect();
+            let pingers: Vec<_> = (0..pairs as usize)
+                .map(|i| {
+                    let to = Counter::start_in_arbiter(&on(2 * i + 1), |_| Counter::default());
+                    Pinger::start_in_arbiter(&on(2 * i), move |_| Pinger { to })
+                })
+                .collect();
+            // `send` queues the message at once; the replies are awaited after.
+            let t0 = Instant::now();
+            let replies: Vec<_> = senders.iter().map(|s| s.send(Flood(MANY_TELLS))).collect();
+            for r in replies {
+                assert_eq!(r.await.unwrap(), MANY_TELLS);
+            }
+            let tells = t0.elapsed();
+            let t0 = Instant::now();
+            let replies: Vec<_> = pingers.iter().map(|p| p.send(PingN(MANY_ASKS))).collect();
+            for r in replies {
+                r.await.unwrap();
+            }
+            let asks = t0.elapsed();
+            for a in &arbiters {
+                a.stop();
+            }
+            many_figures(pairs, tells, asks)
+        })
+    }
+
     pub fn run(workload: &str, threads: usize) -> Figures {
+        if let Some(pairs) = many_pairs(workload) {
+            return many(pairs, threads);
+        }
         let workload = workload.to_string();
         let system = System::new();
         system.block_on(async move {
@@ -266,7 +493,78 @@ mod kameo_bench {
         }
     }
 
+    struct Flood(u64);
+    struct PingN(u64);
+
+    #[derive(Actor)]
+    struct Sender {
+        to: kameo::actor::ActorRef<Counter>,
+    }
+    impl Message<Flood> for Sender {
+        type Reply = u64;
+        async fn handle(&mut self, msg: Flood, _ctx: &mut Context<Self, Self::Reply>) -> u64 {
+            for i in 1..=msg.0 {
+                self.to.tell(Inc).try_send().unwrap();
+                if i % MANY_YIELD_EVERY == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            self.to.ask(Get).await.unwrap()
+        }
+    }
+
+    #[derive(Actor)]
+    struct Pinger {
+        to: kameo::actor::ActorRef<Counter>,
+    }
+    impl Message<PingN> for Pinger {
+        type Reply = ();
+        async fn handle(&mut self, msg: PingN, _ctx: &mut Context<Self, Self::Reply>) {
+            for _ in 0..msg.0 {
+                self.to.ask(Get).await.unwrap();
+            }
+        }
+    }
+
+    async fn many(pairs: u64) -> Figures {
+        let counter = || Counter::spawn_with_mailbox(Counter::default(), mailbox::unbounded());
+        let senders: Vec<_> = (0..pairs)
+            .map(|_| Sender::spawn_with_mailbox(Sender { to: counter() }, mailbox::unbounded()))
+            .collect();
+        let pingers: Vec<_> = (0..pairs)
+            .map(|_| Pinger::spawn_with_mailbox(Pinger { to: counter() }, mailbox::unbounded()))
+            .collect();
+        let t0 = Instant::now();
+        let tasks: Vec<_> = senders
+            .iter()
+            .map(|s| {
+                let s = s.clone();
+                tokio::spawn(async move { s.ask(Flood(MANY_TELLS)).await.unwrap() })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), MANY_TELLS);
+        }
+        let tells = t0.elapsed();
+        let t0 = Instant::now();
+        let tasks: Vec<_> = pingers
+            .iter()
+            .map(|p| {
+                let p = p.clone();
+                tokio::spawn(async move { p.ask(PingN(MANY_ASKS)).await.unwrap() })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        many_figures(pairs, tells, t0.elapsed())
+    }
+
     pub fn run(workload: &str, threads: usize) -> Figures {
+        if let Some(pairs) = many_pairs(workload) {
+            let rt = tokio_runtime(threads);
+            return rt.block_on(rt.spawn(many(pairs))).unwrap();
+        }
         let workload = workload.to_string();
         let rt = tokio_runtime(threads);
         let handle = rt.spawn(async move {
@@ -349,6 +647,117 @@ mod ractor_bench {
         }
     }
 
+    struct Sender;
+    struct Pinger;
+
+    /// Many-core workload messages: the argument and the reply port.
+    enum Drive {
+        Flood(u64, RpcReplyPort<u64>),
+        PingN(u64, RpcReplyPort<()>),
+    }
+
+    impl Actor for Sender {
+        type Msg = Drive;
+        type State = ActorRef<Msg>;
+        type Arguments = ActorRef<Msg>;
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<Drive>,
+            to: ActorRef<Msg>,
+        ) -> Result<ActorRef<Msg>, ActorProcessingErr> {
+            Ok(to)
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<Drive>,
+            msg: Drive,
+            to: &mut ActorRef<Msg>,
+        ) -> Result<(), ActorProcessingErr> {
+            if let Drive::Flood(n, reply) = msg {
+                for i in 1..=n {
+                    to.cast(Msg::Inc).unwrap();
+                    if i % MANY_YIELD_EVERY == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                let _ = reply.send(get(to).await);
+            }
+            Ok(())
+        }
+    }
+
+    impl Actor for Pinger {
+        type Msg = Drive;
+        type State = ActorRef<Msg>;
+        type Arguments = ActorRef<Msg>;
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<Drive>,
+            to: ActorRef<Msg>,
+        ) -> Result<ActorRef<Msg>, ActorProcessingErr> {
+            Ok(to)
+        }
+
+        async fn handle(
+            &self,
+            _myself: ActorRef<Drive>,
+            msg: Drive,
+            to: &mut ActorRef<Msg>,
+        ) -> Result<(), ActorProcessingErr> {
+            if let Drive::PingN(n, reply) = msg {
+                for _ in 0..n {
+                    get(to).await;
+                }
+                let _ = reply.send(());
+            }
+            Ok(())
+        }
+    }
+
+    async fn many(pairs: u64) -> Figures {
+        let mut senders = Vec::new();
+        let mut pingers = Vec::new();
+        for _ in 0..pairs {
+            let (to, _) = Actor::spawn(None, Counter, ()).await.unwrap();
+            senders.push(Actor::spawn(None, Sender, to).await.unwrap().0);
+            let (to, _) = Actor::spawn(None, Counter, ()).await.unwrap();
+            pingers.push(Actor::spawn(None, Pinger, to).await.unwrap().0);
+        }
+        let t0 = Instant::now();
+        let tasks: Vec<_> = senders
+            .iter()
+            .map(|s| {
+                let s = s.clone();
+                tokio::spawn(async move { s.call(|r| Drive::Flood(MANY_TELLS, r), None).await })
+            })
+            .collect();
+        for t in tasks {
+            match t.await.unwrap().unwrap() {
+                ractor::rpc::CallResult::Success(n) => assert_eq!(n, MANY_TELLS),
+                _ => panic!("ractor call failed"),
+            }
+        }
+        let tells = t0.elapsed();
+        let t0 = Instant::now();
+        let tasks: Vec<_> = pingers
+            .iter()
+            .map(|p| {
+                let p = p.clone();
+                tokio::spawn(async move { p.call(|r| Drive::PingN(MANY_ASKS, r), None).await })
+            })
+            .collect();
+        for t in tasks {
+            assert!(matches!(
+                t.await.unwrap().unwrap(),
+                ractor::rpc::CallResult::Success(())
+            ));
+        }
+        many_figures(pairs, tells, t0.elapsed())
+    }
+
     async fn get(r: &ActorRef<Msg>) -> u64 {
         match r.call(Msg::Get, None).await.unwrap() {
             ractor::rpc::CallResult::Success(v) => v,
@@ -357,6 +766,10 @@ mod ractor_bench {
     }
 
     pub fn run(workload: &str, threads: usize) -> Figures {
+        if let Some(pairs) = many_pairs(workload) {
+            let rt = tokio_runtime(threads);
+            return rt.block_on(rt.spawn(many(pairs))).unwrap();
+        }
         let workload = workload.to_string();
         let rt = tokio_runtime(threads);
         let handle = rt.spawn(async move {
@@ -457,11 +870,22 @@ fn main() {
         child(&args[1], &args[2], threads);
         return;
     }
-    let only: Vec<&str> = args.iter().map(String::as_str).collect();
     let frameworks = ["troupe", "actix", "kameo", "ractor"];
+    if args.first().map(String::as_str) == Some("many") {
+        let only: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+        many_main(&frameworks, &only);
+        return;
+    }
+    let only: Vec<&str> = args.iter().map(String::as_str).collect();
     // (column, workload, threads, figure)
     let columns = [
         ("spawn µs/actor", "spawn", 2, "spawn_and_ask_us_per_actor"),
+        (
+            "spawn µs (1 thread)",
+            "spawn",
+            1,
+            "spawn_and_ask_us_per_actor",
+        ),
         ("bytes/idle actor", "spawn", 2, "bytes_per_idle_actor"),
         ("tell msg/s", "tell", 2, "tell_msgs_per_sec"),
         ("ask µs (1 thread)", "ask", 1, "ask_us"),
@@ -510,10 +934,11 @@ fn main() {
     for (fw, row) in &results {
         let fields: Vec<String> = [
             ("spawn_us_per_actor", 0),
-            ("bytes_per_idle_actor", 1),
-            ("tell_msgs_per_sec", 2),
-            ("ask_us_1_thread", 3),
-            ("ask_us_2_threads", 4),
+            ("spawn_us_per_actor_1_thread", 1),
+            ("bytes_per_idle_actor", 2),
+            ("tell_msgs_per_sec", 3),
+            ("ask_us_1_thread", 4),
+            ("ask_us_2_threads", 5),
         ]
         .iter()
         .filter_map(|(key, i)| {
@@ -524,5 +949,49 @@ fn main() {
         })
         .collect();
         println!("{{\"framework\":\"{fw}\",{}}}", fields.join(","));
+    }
+}
+
+/// The many-core workload: every framework with its executor on every
+/// core, for 1 to that many pairs; one table, one JSON line per
+/// framework and N.
+fn many_main(frameworks: &[&'static str], only: &[&str]) {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    println!("many-core workload, executor on {cores} threads");
+    let mut rows: Vec<(&str, u64, Figures)> = Vec::new();
+    for n in 1..=cores as u64 {
+        for &fw in frameworks {
+            if !only.is_empty() && !only.contains(&fw) {
+                continue;
+            }
+            match measure(fw, &format!("many{n}"), cores) {
+                Ok(figs) => rows.push((fw, n, figs)),
+                Err(e) => eprintln!("{e}"),
+            }
+        }
+    }
+    let get =
+        |figs: &Figures, k: &str| figs.iter().find(|(f, _)| *f == k).map_or(f64::NAN, |f| f.1);
+    println!();
+    println!(
+        "{:<8} | {:>5} | {:>14} | {:>11} | {:>12}",
+        "", "pairs", "tell msg/s", "ask µs", "asks/s"
+    );
+    for (fw, n, figs) in &rows {
+        println!(
+            "{fw:<8} | {n:>5} | {:>14.0} | {:>11.2} | {:>12.0}",
+            get(figs, "many_tell_msgs_per_sec"),
+            get(figs, "many_ask_us"),
+            get(figs, "many_asks_per_sec"),
+        );
+    }
+    println!();
+    for (fw, n, figs) in &rows {
+        println!(
+            "{{\"framework\":\"{fw}\",\"threads\":{cores},\"pairs\":{n},\"many_tell_msgs_per_sec\":{:.0},\"many_ask_us\":{:.3},\"many_asks_per_sec\":{:.0}}}",
+            get(figs, "many_tell_msgs_per_sec"),
+            get(figs, "many_ask_us"),
+            get(figs, "many_asks_per_sec"),
+        );
     }
 }
