@@ -17,7 +17,7 @@ use dns_server::{DnsServer, Zone};
 use serde_json::Value;
 use std::net::IpAddr;
 use support::netns::PodNetwork;
-use support::{eventually, get, Node, FAST_ENV};
+use support::{eventually, members_all_up, Node, FAST_ENV};
 
 const PODS: u8 = 5;
 
@@ -65,15 +65,7 @@ fn start_pod(net: &PodNetwork, dns: &DnsServer, n: u8, incarnation: u8) -> Node 
 /// Pod `n`'s `/cluster/members` once it sees exactly `count` members, all
 /// Up.
 fn converged(net: &PodNetwork, n: u8, count: usize) -> Result<Value, String> {
-    let answer = get(&http(net, n), "/cluster/members").ok_or("no answer")?;
-    let json: Value = serde_json::from_str(&answer.body).map_err(|e| e.to_string())?;
-    let members = json["members"].as_array().ok_or("no members")?;
-    let up = members.iter().filter(|m| m["status"] == "Up").count();
-    if members.len() == count && up == count {
-        Ok(json)
-    } else {
-        Err(format!("{up} of {} members Up: {json}", members.len()))
-    }
+    members_all_up(&http(net, n), count)
 }
 
 /// The UID of the member at `address` in a `/cluster/members` view.

@@ -13,7 +13,7 @@ use dns_server::{DnsServer, Zone};
 use serde_json::Value;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
-use support::{eventually, get, Node, DEADLINE, FAST_ENV};
+use support::{eventually, members_all_up, Node, DEADLINE, FAST_ENV};
 
 /// The loopback IP of node `n` (1-based) of test `test`: 127.A.test.n,
 /// with A from this process's id, so that parallel runs do not meet.
@@ -65,15 +65,7 @@ fn http(test: u8, n: u8) -> String {
 /// `/cluster/members` of node `n` once it sees exactly `count` members,
 /// all Up.
 fn converged(test: u8, n: u8, count: usize) -> Result<Value, String> {
-    let answer = get(&http(test, n), "/cluster/members").ok_or("no answer")?;
-    let json: Value = serde_json::from_str(&answer.body).map_err(|e| e.to_string())?;
-    let members = json["members"].as_array().ok_or("no members")?;
-    let up = members.iter().filter(|m| m["status"] == "Up").count();
-    if members.len() == count && up == count {
-        Ok(json)
-    } else {
-        Err(format!("{up} of {} members Up: {json}", members.len()))
-    }
+    members_all_up(&http(test, n), count)
 }
 
 fn dns_zone(test: u8, nodes: u8) -> Zone {

@@ -230,6 +230,20 @@ pub fn get(addr: &str, path: &str) -> Option<Answer> {
     http(addr, "GET", path, None)
 }
 
+/// `/cluster/members` of the node whose management server is at `http`,
+/// once it sees exactly `count` members, all Up.
+pub fn members_all_up(http: &str, count: usize) -> Result<serde_json::Value, String> {
+    let answer = get(http, "/cluster/members").ok_or("no answer")?;
+    let json: serde_json::Value = serde_json::from_str(&answer.body).map_err(|e| e.to_string())?;
+    let members = json["members"].as_array().ok_or("no members")?;
+    let up = members.iter().filter(|m| m["status"] == "Up").count();
+    if members.len() == count && up == count {
+        Ok(json)
+    } else {
+        Err(format!("{up} of {} members Up: {json}", members.len()))
+    }
+}
+
 /// Repeats `f` until it returns `Some`, for at most [`DEADLINE`]; panics
 /// with `what` and the last failure otherwise.
 pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
