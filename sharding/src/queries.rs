@@ -11,6 +11,13 @@ use troupe_core::Message;
 #[message(reply = CurrentShardRegionState, name = "troupe.sharding.GetRegionState")]
 pub(crate) struct GetRegionState;
 
+/// Asks a region for its running entities per shard, for the cluster-wide
+/// statistics; a proxy-only region answers `None` (it is no region in
+/// Pekko's sense: the coordinator does not count it).
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(reply = Option<ShardRegionStats>, name = "troupe.sharding.GetRegionStats")]
+pub(crate) struct GetRegionStats;
+
 /// The shards of one region and the entities running in each.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CurrentShardRegionState {

@@ -23,7 +23,9 @@ use crate::delivery::{Delivery, Encoded, Typed, Via};
 use crate::entity::Entity;
 use crate::extractor::{EntityId, ShardId, ShardIdExtractor};
 use crate::protocol::*;
-use crate::queries::{CurrentShardRegionState, GetRegionState, ShardState};
+use crate::queries::{
+    CurrentShardRegionState, GetRegionState, GetRegionStats, ShardRegionStats, ShardState,
+};
 use crate::remember::RememberedEntitiesStore;
 use crate::settings::ShardingSettings;
 use crate::shard::{self, Shard, ShardHandOff, ShardStart, ShardsUpdated};
@@ -999,6 +1001,19 @@ impl<E: Entity> Region<E> {
 
     async fn on_is_registered(&mut self, _msg: IsRegistered) -> bool {
         self.registered
+    }
+
+    async fn on_stats(&mut self, _msg: GetRegionStats) -> Option<ShardRegionStats> {
+        if self.proxy_only {
+            return None;
+        }
+        Some(ShardRegionStats {
+            stats: self
+                .shards
+                .iter()
+                .map(|(id, (_, local))| (id.to_string(), local.ids().len()))
+                .collect(),
+        })
     }
 
     async fn on_state(&mut self, _msg: GetRegionState) -> CurrentShardRegionState {

@@ -8,7 +8,9 @@ use crate::entity_ref::EntityRef;
 use crate::error::ShardingError;
 use crate::extractor::{EntityId, HashShardIdExtractor, ShardIdExtractor};
 use crate::protocol::*;
-use crate::queries::{ClusterShardingStats, CurrentShardRegionState, GetRegionState};
+use crate::queries::{
+    ClusterShardingStats, CurrentShardRegionState, GetRegionState, GetRegionStats,
+};
 use crate::region::{
     region_name, GracefulShutdown, IsRegistered, Region, RegionShared, SetActiveEntityLimit,
 };
@@ -466,7 +468,8 @@ impl ClusterSharding {
         self.region::<E>()?;
         // Only members with the entity type's role host shards; the
         // others run proxies, which are not regions (as Pekko, whose
-        // stats list the regions the coordinator knows).
+        // stats list the regions the coordinator knows). A proxy on a
+        // member with the role says so in its answer.
         let role = self.shared::<E>()?.settings.role.clone();
         let state = self
             .inner
@@ -491,16 +494,17 @@ impl ClusterSharding {
                     .inner
                     .system
                     .resolve::<Region<E>>(&path)
-                    .map(|r| r.ask_timeout(GetRegionState, timeout));
+                    .map(|r| r.ask_timeout(GetRegionStats, timeout));
                 (m.node.address.to_string(), ask)
             })
             .collect();
         for (node, ask) in asks {
             match ask {
                 Ok(ask) => match ask.await {
-                    Ok(s) => {
-                        stats.regions.insert(node, s.stats());
+                    Ok(Some(s)) => {
+                        stats.regions.insert(node, s);
                     }
+                    Ok(None) => {}
                     Err(_) => stats.failed.push(node),
                 },
                 Err(_) => stats.failed.push(node),
@@ -531,7 +535,8 @@ fn register_protocol<E: Entity>(system: &ActorSystem) -> Result<(), troupe_core:
         .register::<Region<E>, FlushShard>()?
         .register::<Region<E>, ShardFlushed>()?
         .register::<Region<E>, ShardEnvelope>()?
-        .register::<Region<E>, GetRegionState>()?;
+        .register::<Region<E>, GetRegionState>()?
+        .register::<Region<E>, GetRegionStats>()?;
     Ok(())
 }
 

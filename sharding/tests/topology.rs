@@ -63,6 +63,14 @@ fn a_proxy_only_node_hosts_nothing_and_reaches_every_entity() {
             assert!(p.started_on.values().flatten().all(|n| hosts.contains(n)));
             assert_eq!(p.max_alive, 1);
         });
+        // The cluster's statistics list the two hosts' regions, not the
+        // proxy (which has every role, here none).
+        let stats = proxy.sharding.cluster_stats::<Counter>(ASK).await.unwrap();
+        let regions: BTreeSet<String> = stats.regions.keys().cloned().collect();
+        let host_addresses: BTreeSet<String> =
+            nodes[..2].iter().map(|n| n.address().to_string()).collect();
+        assert_eq!(regions, host_addresses, "{stats:?}");
+        assert!(stats.failed.is_empty(), "{stats:?}");
         shutdown_all(nodes).await;
     });
 }
