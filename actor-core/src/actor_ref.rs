@@ -289,13 +289,7 @@ impl<A: Actor> ActorRef<A> {
         // ask's fast path: an idle actor handles it on this thread.
         let wants_reply = reply.is_some();
         let Some(sender) = sender else {
-            let node = Node::new(Envelope { msg, reply });
-            let queued = if wants_reply {
-                cell.enqueue_ask(node)
-            } else {
-                cell.enqueue(node)
-            };
-            return match queued {
+            return match cell.enqueue_letter(Node::new(Envelope { msg, reply }), wants_reply) {
                 Ok(()) => Ok(()),
                 Err(node) => {
                     let Envelope { msg, reply } = Self::undeliverable(cell, node);
@@ -303,13 +297,7 @@ impl<A: Actor> ActorRef<A> {
                 }
             };
         };
-        let node = Node::new(Sent { msg, reply, sender });
-        let queued = if wants_reply {
-            cell.enqueue_ask(node)
-        } else {
-            cell.enqueue(node)
-        };
-        match queued {
+        match cell.enqueue_letter(Node::new(Sent { msg, reply, sender }), wants_reply) {
             Ok(()) => Ok(()),
             Err(node) => {
                 if let Some(b) = &cell.bounded {

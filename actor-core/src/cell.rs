@@ -786,6 +786,23 @@ impl<A: Actor> ActorCell<A> {
         Ok(())
     }
 
+    /// Queues a letter: one that carries a reply takes the ask's path
+    /// (`enqueue_ask`), any other the plain one (`enqueue`).
+    pub(crate) fn enqueue_letter<L>(
+        self: &Arc<Self>,
+        node: Box<Node<A, L>>,
+        has_reply: bool,
+    ) -> Result<(), Box<Node<A, L>>>
+    where
+        Node<A, L>: Letter<A> + 'static,
+    {
+        if has_reply {
+            self.enqueue_ask(node)
+        } else {
+            self.enqueue(node)
+        }
+    }
+
     /// Queues the letter of an ask. If that makes the actor runnable (it
     /// was idle), the activation runs inline, on the asking thread, rather
     /// than as a task on the executor: the reply is then there when the

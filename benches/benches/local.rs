@@ -647,8 +647,9 @@ mod ractor_bench {
         }
     }
 
-    struct Sender;
-    struct Pinger;
+    /// One actor type drives both halves of the many-core workload: a
+    /// `Flood` sender or a `PingN` pinger, to the counter it was given.
+    struct Driver;
 
     /// Many-core workload messages: the argument and the reply port.
     enum Drive {
@@ -656,7 +657,7 @@ mod ractor_bench {
         PingN(u64, RpcReplyPort<()>),
     }
 
-    impl Actor for Sender {
+    impl Actor for Driver {
         type Msg = Drive;
         type State = ActorRef<Msg>;
         type Arguments = ActorRef<Msg>;
@@ -675,43 +676,22 @@ mod ractor_bench {
             msg: Drive,
             to: &mut ActorRef<Msg>,
         ) -> Result<(), ActorProcessingErr> {
-            if let Drive::Flood(n, reply) = msg {
-                for i in 1..=n {
-                    to.cast(Msg::Inc).unwrap();
-                    if i % MANY_YIELD_EVERY == 0 {
-                        tokio::task::yield_now().await;
+            match msg {
+                Drive::Flood(n, reply) => {
+                    for i in 1..=n {
+                        to.cast(Msg::Inc).unwrap();
+                        if i % MANY_YIELD_EVERY == 0 {
+                            tokio::task::yield_now().await;
+                        }
                     }
+                    let _ = reply.send(get(to).await);
                 }
-                let _ = reply.send(get(to).await);
-            }
-            Ok(())
-        }
-    }
-
-    impl Actor for Pinger {
-        type Msg = Drive;
-        type State = ActorRef<Msg>;
-        type Arguments = ActorRef<Msg>;
-
-        async fn pre_start(
-            &self,
-            _myself: ActorRef<Drive>,
-            to: ActorRef<Msg>,
-        ) -> Result<ActorRef<Msg>, ActorProcessingErr> {
-            Ok(to)
-        }
-
-        async fn handle(
-            &self,
-            _myself: ActorRef<Drive>,
-            msg: Drive,
-            to: &mut ActorRef<Msg>,
-        ) -> Result<(), ActorProcessingErr> {
-            if let Drive::PingN(n, reply) = msg {
-                for _ in 0..n {
-                    get(to).await;
+                Drive::PingN(n, reply) => {
+                    for _ in 0..n {
+                        get(to).await;
+                    }
+                    let _ = reply.send(());
                 }
-                let _ = reply.send(());
             }
             Ok(())
         }
@@ -722,9 +702,9 @@ mod ractor_bench {
         let mut pingers = Vec::new();
         for _ in 0..pairs {
             let (to, _) = Actor::spawn(None, Counter, ()).await.unwrap();
-            senders.push(Actor::spawn(None, Sender, to).await.unwrap().0);
+            senders.push(Actor::spawn(None, Driver, to).await.unwrap().0);
             let (to, _) = Actor::spawn(None, Counter, ()).await.unwrap();
-            pingers.push(Actor::spawn(None, Pinger, to).await.unwrap().0);
+            pingers.push(Actor::spawn(None, Driver, to).await.unwrap().0);
         }
         let t0 = Instant::now();
         let tasks: Vec<_> = senders

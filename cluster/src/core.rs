@@ -645,7 +645,7 @@ impl ClusterCore {
             return;
         }
         if self.state.convergence(&self.exiting_confirmed) {
-            self.leader_tick(ctx);
+            self.leader_actions_on_convergence(ctx);
         }
     }
 
@@ -752,40 +752,7 @@ impl ClusterCore {
             return;
         }
         if self.state.convergence(&self.exiting_confirmed) {
-            self.no_convergence_since = None;
-            let mut st = self.state.clone();
-            let actions = st.leader_actions_on_convergence(
-                &self.thresholds,
-                &self.exiting_confirmed,
-                now_ms(),
-            );
-            let mut g = st.gossip;
-            let cutoff = now_ms()
-                .saturating_sub(self.settings.prune_gossip_tombstones_after.as_millis() as u64);
-            let before = g.tombstones.len();
-            g.prune_tombstones(cutoff);
-            if !actions.is_empty() || g.tombstones.len() != before {
-                for m in &actions.changed {
-                    tracing::info!("leader is moving node {} to {}", m.node, m.status);
-                }
-                for m in &actions.removed {
-                    tracing::info!("leader is removing {} node {}", m.status, m.node);
-                    self.exiting_confirmed.remove(&m.node);
-                    self.detectors.remove(&m.node);
-                }
-                self.commit(g);
-                // A removed Exiting node would otherwise never learn it is
-                // out (nobody gossips to non-members): tell it once.
-                let exited: Vec<UniqueAddress> = actions
-                    .removed
-                    .iter()
-                    .filter(|m| m.status == MemberStatus::Exiting && m.node != self.self_node)
-                    .map(|m| m.node.clone())
-                    .collect();
-                for n in &exited {
-                    self.gossip_to(ctx, n);
-                }
-            }
+            self.leader_actions_on_convergence(ctx);
         } else if let Some(after) = self.settings.allow_weakly_up_members {
             let since = *self.no_convergence_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= after {
@@ -800,6 +767,42 @@ impl ClusterCore {
                     }
                     self.commit(st.gossip);
                 }
+            }
+        }
+    }
+
+    /// The leader's actions once every member has seen the state: joiners
+    /// Up, leavers Exiting, removals, and old tombstones pruned.
+    fn leader_actions_on_convergence(&mut self, ctx: &mut Context<Self>) {
+        self.no_convergence_since = None;
+        let mut st = self.state.clone();
+        let actions =
+            st.leader_actions_on_convergence(&self.thresholds, &self.exiting_confirmed, now_ms());
+        let mut g = st.gossip;
+        let cutoff =
+            now_ms().saturating_sub(self.settings.prune_gossip_tombstones_after.as_millis() as u64);
+        let before = g.tombstones.len();
+        g.prune_tombstones(cutoff);
+        if !actions.is_empty() || g.tombstones.len() != before {
+            for m in &actions.changed {
+                tracing::info!("leader is moving node {} to {}", m.node, m.status);
+            }
+            for m in &actions.removed {
+                tracing::info!("leader is removing {} node {}", m.status, m.node);
+                self.exiting_confirmed.remove(&m.node);
+                self.detectors.remove(&m.node);
+            }
+            self.commit(g);
+            // A removed Exiting node would otherwise never learn it is
+            // out (nobody gossips to non-members): tell it once.
+            let exited: Vec<UniqueAddress> = actions
+                .removed
+                .iter()
+                .filter(|m| m.status == MemberStatus::Exiting && m.node != self.self_node)
+                .map(|m| m.node.clone())
+                .collect();
+            for n in &exited {
+                self.gossip_to(ctx, n);
             }
         }
     }

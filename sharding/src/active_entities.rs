@@ -161,6 +161,11 @@ impl<E: Entity> ActiveEntities<E> {
         self.write().clear();
     }
 
+    /// How many entity ids are published.
+    pub(crate) fn len(&self) -> usize {
+        self.read().len()
+    }
+
     /// The published entity ids.
     pub(crate) fn ids(&self) -> Vec<EntityId> {
         self.read().keys().cloned().collect()

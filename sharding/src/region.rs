@@ -1011,7 +1011,7 @@ impl<E: Entity> Region<E> {
             stats: self
                 .shards
                 .iter()
-                .map(|(id, (_, local))| (id.to_string(), local.ids().len()))
+                .map(|(id, (_, local))| (id.to_string(), local.len()))
                 .collect(),
         })
     }

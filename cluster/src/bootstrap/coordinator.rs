@@ -22,7 +22,6 @@ use crate::coordinated_shutdown::Reason;
 use crate::discovery::{DiscoveryError, Lookup, Resolved, ResolvedTarget, ServiceDiscovery};
 use futures_lite::FutureExt;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use troupe_core::remote::Address;
@@ -37,14 +36,15 @@ pub(crate) const URGENT_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// `new-cluster-enabled` is off) and must not be probed often for ever.
 const URGENT_PROBES: u32 = 30;
 
-/// The coordinator's handle on one prober task.
+/// The coordinator's handle on one prober task, which stops when the
+/// handle is dropped.
 struct ProberHandle {
-    /// Set to stop the task.
-    cancel: Arc<AtomicBool>,
-    /// Set to probe every [`URGENT_PROBE_INTERVAL`].
-    urgent: Arc<AtomicBool>,
-    /// Cuts the prober's current wait short.
+    /// A message makes the prober probe at once and then every
+    /// [`URGENT_PROBE_INTERVAL`]; closing it (dropping the handle) stops
+    /// the prober.
     nudge: async_channel::Sender<()>,
+    /// Whether the prober was made urgent (once is enough).
+    urgent: bool,
 }
 
 /// What the coordinator hears about.
@@ -247,13 +247,7 @@ impl Coordinator {
                             next_decide = next_decide.min(changed_at + s.stable_margin);
                         }
                         observations.retain(|cp, _| found.contains(cp));
-                        probers.retain(|cp, prober| {
-                            let keep = found.contains(cp);
-                            if !keep {
-                                prober.cancel.store(true, Ordering::SeqCst);
-                            }
-                            keep
-                        });
+                        probers.retain(|cp, _| found.contains(cp));
                         for cp in found {
                             if let std::collections::btree_map::Entry::Vacant(slot) =
                                 probers.entry(cp.clone())
@@ -334,11 +328,10 @@ impl Coordinator {
                             .observations
                             .iter()
                             .find(|o| o.source_node == *lowest)
-                            .and_then(|o| probers.get(&o.contact_point));
-                        if let Some(prober) = founder {
-                            if !prober.urgent.swap(true, Ordering::SeqCst) {
-                                let _ = prober.nudge.try_send(());
-                            }
+                            .and_then(|o| probers.get_mut(&o.contact_point));
+                        if let Some(prober) = founder.filter(|p| !p.urgent) {
+                            prober.urgent = true;
+                            let _ = prober.nudge.try_send(());
                         }
                     }
                     let text = why.to_string();
@@ -378,9 +371,8 @@ impl Coordinator {
                 }
             }
         };
-        for prober in probers.values() {
-            prober.cancel.store(true, Ordering::SeqCst);
-        }
+        // Stops every prober.
+        drop(probers);
         tracing::debug!("bootstrap: done: {outcome:?}");
         self.set_status(outcome);
     }
@@ -404,13 +396,10 @@ impl Coordinator {
             );
             return None;
         }
-        let cancel = Arc::new(AtomicBool::new(false));
-        let urgent = Arc::new(AtomicBool::new(false));
         let (nudge, nudged) = async_channel::bounded(1);
         let handle = ProberHandle {
-            cancel: cancel.clone(),
-            urgent: urgent.clone(),
             nudge,
+            urgent: false,
         };
         tracing::debug!(
             "bootstrap: probing contact point http://{}",
@@ -418,13 +407,14 @@ impl Coordinator {
         );
         rt::spawn(async move {
             let mut failing_since: Option<Instant> = None;
+            let mut urgent = false;
             let mut urgent_probes = 0;
             loop {
-                if cancel.load(Ordering::SeqCst) || events.is_closed() {
+                if nudged.is_closed() || events.is_closed() {
                     break;
                 }
                 let outcome = rt::timeout(settings.probing_failure_timeout, prober.probe()).await;
-                if cancel.load(Ordering::SeqCst) {
+                if nudged.is_closed() {
                     break;
                 }
                 let failure = match outcome {
@@ -466,7 +456,7 @@ impl Coordinator {
                         break;
                     }
                 }
-                let wait = if urgent.load(Ordering::SeqCst) && urgent_probes < URGENT_PROBES {
+                let wait = if urgent && urgent_probes < URGENT_PROBES {
                     urgent_probes += 1;
                     URGENT_PROBE_INTERVAL
                 } else {
@@ -475,11 +465,13 @@ impl Coordinator {
                         .mul_f64(settings.probe_interval_jitter * fastrand::f64());
                     settings.probe_interval + jitter
                 };
-                rt::sleep(wait)
-                    .or(async {
-                        let _ = nudged.recv().await;
-                    })
-                    .await;
+                let nudged_now = async {
+                    rt::sleep(wait).await;
+                    false
+                }
+                .or(async { nudged.recv().await.is_ok() })
+                .await;
+                urgent |= nudged_now;
             }
         });
         Some(handle)

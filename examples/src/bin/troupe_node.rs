@@ -427,16 +427,9 @@ fn run(args: Args) -> Result<(), String> {
     let terminate = signals()?;
     rt::block_on(async move {
         let (snapshot, events) = cluster.subscribe().await.map_err(|e| e.to_string())?;
-        tracing::info!(
-            "current members: {:?}",
-            snapshot
-                .members
-                .iter()
-                .map(|m| (m.node.address.to_string(), m.status))
-                .collect::<Vec<_>>()
-        );
-        // As events (Akka's InitialStateAsEvents): this node may already
-        // be Up, and others with it, before this subscription.
+        // The current members as events (Akka's InitialStateAsEvents):
+        // this node may already be Up, and others with it, before this
+        // subscription.
         for m in &snapshot.members {
             tracing::info!("member {} is {}", m.node.address, m.status);
         }
