@@ -295,7 +295,9 @@ impl Coordinator {
                     }
                 }
             }
-            if !decide_now {
+            // An explicit join that came while this loop waited wins over
+            // what the decider would do (the loop's top ends bootstrap).
+            if !decide_now || self.cluster.explicit_join_requested() {
                 continue;
             }
             let now = Instant::now();
