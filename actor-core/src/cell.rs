@@ -30,11 +30,12 @@ use crate::watch::{StopReason, Terminated};
 use event_listener::Event;
 use futures_lite::FutureExt;
 use std::any::Any;
+use std::borrow::Borrow;
 use std::borrow::Cow;
 use std::cell::UnsafeCell;
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
+use std::hash::{Hash, Hasher};
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -81,10 +82,36 @@ struct Children {
 
 #[derive(Default)]
 struct ChildMap {
-    by_name: HashMap<Name, AnyActorRef>,
+    /// The children, found by name: a set of their cells (16 bytes an
+    /// entry, where a map from name to reference takes 48; an actor such
+    /// as a shard can have a million children).
+    by_name: HashSet<Child>,
     /// Set by `Context::watch_children`: tells the actor of every child
     /// that terminates (kept while the map is empty).
     notice: Option<ChildNotice>,
+}
+
+/// A child in its parent's set: its cell, hashed and compared by its name.
+struct Child(Arc<dyn AnyCell>);
+
+impl<'a> Borrow<dyn AsNameKey + 'a> for Child {
+    fn borrow(&self) -> &(dyn AsNameKey + 'a) {
+        &self.0.core().name
+    }
+}
+
+// As its name, as `Borrow` requires.
+impl PartialEq for Child {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.core().name == other.0.core().name
+    }
+}
+impl Eq for Child {}
+
+impl Hash for Child {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.core().name.hash(state)
+    }
 }
 
 /// Delivers a child's `Terminated` to its parent (holds the parent
@@ -142,19 +169,18 @@ impl CellCore {
         }
     }
 
-    fn register_child(&self, name: Name, child: AnyActorRef) -> Result<(), SpawnError> {
+    fn register_child(&self, child: Arc<dyn AnyCell>) -> Result<(), SpawnError> {
         let mut c = lock(&self.children);
         if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED != 0 {
             return Err(SpawnError::ParentStopped);
         }
         let map = c.map.get_or_insert_with(Default::default);
-        match map.by_name.entry(name) {
-            Entry::Occupied(e) => Err(SpawnError::NameTaken(e.key().to_string())),
-            Entry::Vacant(e) => {
-                e.insert(child);
-                Ok(())
-            }
+        let name = &child.core().name;
+        if map.by_name.contains(name as &dyn AsNameKey) {
+            return Err(SpawnError::NameTaken(name.to_string()));
         }
+        map.by_name.insert(Child(child));
+        Ok(())
     }
 
     /// Forgets a terminated child; returns the notice to give its
@@ -162,8 +188,9 @@ impl CellCore {
     fn remove_child(&self, name: &Name, uid: u64) -> Option<ChildNotice> {
         let mut c = lock(&self.children);
         let map = c.map.as_mut()?;
-        if map.by_name.get(name).is_some_and(|r| r.uid() == uid) {
-            map.by_name.remove(name);
+        let key = name as &dyn AsNameKey;
+        if map.by_name.get(key).is_some_and(|c| c.0.core().uid == uid) {
+            map.by_name.remove(key);
         }
         let notice = map.notice.clone();
         if map.by_name.is_empty() && map.notice.is_none() {
@@ -184,14 +211,20 @@ impl CellCore {
         lock(&self.children)
             .map
             .as_ref()
-            .and_then(|m| m.by_name.get(&NameKey::of(name) as &dyn AsNameKey).cloned())
+            .and_then(|m| m.by_name.get(&NameKey::of(name) as &dyn AsNameKey))
+            .map(|c| AnyActorRef::from_local(c.0.clone()))
     }
 
     pub(crate) fn children(&self) -> Vec<AnyActorRef> {
         lock(&self.children)
             .map
             .as_ref()
-            .map(|m| m.by_name.values().cloned().collect())
+            .map(|m| {
+                m.by_name
+                    .iter()
+                    .map(|c| AnyActorRef::from_local(c.0.clone()))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -211,7 +244,10 @@ impl CellCore {
         match c.map.as_mut() {
             Some(m) => {
                 m.notice = None;
-                m.by_name.values().cloned().collect()
+                m.by_name
+                    .iter()
+                    .map(|c| AnyActorRef::from_local(c.0.clone()))
+                    .collect()
             }
             None => Vec::new(),
         }
@@ -475,7 +511,8 @@ struct RunState<A: Actor> {
 struct Rare<A: Actor> {
     factory: Option<Factory<A>>,
     /// `None` is the default strategy (restart, no limit, no backoff).
-    strategy: Option<SupervisorStrategy>,
+    /// Boxed: an actor made by a shared factory keeps only that here.
+    strategy: Option<Box<SupervisorStrategy>>,
     /// User letters set aside while children stop for a restart.
     held: Vec<Box<dyn Letter<A>>>,
 }
@@ -488,7 +525,7 @@ impl<A: Actor> RunState<A> {
     fn strategy(&self) -> SupervisorStrategy {
         self.rare
             .as_ref()
-            .and_then(|r| r.strategy.clone())
+            .and_then(|r| r.strategy.as_deref().cloned())
             .unwrap_or_default()
     }
 
@@ -708,21 +745,23 @@ impl<A: Actor> ActorCell<A> {
         props: Props<A>,
     ) -> Result<ActorRef<A>, SpawnError> {
         let name = match props.name {
-            Some(n) if crate::path::valid_name(&n) => Name::Given(n.into()),
-            Some(n) => return Err(SpawnError::InvalidName(n)),
+            Some(n) if crate::path::valid_name(&n) => Name::Given(n),
+            Some(n) => return Err(SpawnError::InvalidName(n.to_string())),
             None => Name::Generated(system.next_name()),
         };
         let (actor, factory) = match props.source {
             Source::Value(a) => (a, None),
-            Source::Factory(mut f) => match std::panic::catch_unwind(AssertUnwindSafe(&mut f)) {
-                Ok(a) => (a, Some(f)),
-                Err(p) => return Err(SpawnError::FactoryPanicked(panic_message(&*p))),
-            },
+            Source::Factory(mut f) => {
+                match std::panic::catch_unwind(AssertUnwindSafe(|| f.make(&name))) {
+                    Ok(a) => (a, Some(f)),
+                    Err(p) => return Err(SpawnError::FactoryPanicked(panic_message(&*p))),
+                }
+            }
         };
         let strategy = if props.strategy == SupervisorStrategy::default() {
             None
         } else {
-            Some(props.strategy)
+            Some(Box::new(props.strategy))
         };
         let rare = (factory.is_some() || strategy.is_some()).then(|| {
             Box::new(Rare {
@@ -755,7 +794,8 @@ impl<A: Actor> ActorCell<A> {
         });
         let me = ActorRef::from_cell(cell.clone());
         if let Some(p) = parent {
-            if let Err(e) = p.core().register_child(name, me.to_any()) {
+            let child: Arc<dyn AnyCell> = cell.clone();
+            if let Err(e) = p.core().register_child(child) {
                 // Never scheduled and never registered: mark it terminated so
                 // the cycle through its context is not created.
                 cell.core.status.store(TERMINATED, Ordering::Release);
@@ -1154,7 +1194,8 @@ impl<A: Actor> ActorCell<A> {
                         )));
                         continue;
                     };
-                    match std::panic::catch_unwind(AssertUnwindSafe(factory)) {
+                    let name = &self.core.name;
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| factory.make(name))) {
                         Ok(fresh) => {
                             st.actor = Some(fresh);
                             for letter in st.take_held().into_iter().rev() {

@@ -76,7 +76,7 @@ pub use dead_letters::DeadLetter;
 pub use error::{AskError, SpawnError, SystemError, TellError};
 pub use message::Message;
 pub use path::ActorPath;
-pub use props::{MailboxConfig, Props};
+pub use props::{MailboxConfig, NamedFactory, Props};
 pub use replier::Replier;
 pub use supervision::{Backoff, RestartPolicy, SupervisorStrategy};
 pub use system::{

@@ -2,7 +2,9 @@
 //! supervisor strategy and mailbox.
 
 use crate::actor::Actor;
+use crate::path::Name;
 use crate::supervision::SupervisorStrategy;
+use std::sync::Arc;
 
 /// The mailbox an actor gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,7 +21,31 @@ pub enum MailboxConfig {
     },
 }
 
-pub(crate) type Factory<A> = Box<dyn FnMut() -> A + Send>;
+/// Makes an actor's instances: the first, and one on every restart.
+pub(crate) enum Factory<A> {
+    /// A closure of this actor's own.
+    Owned(Box<dyn FnMut() -> A + Send>),
+    /// One closure shared by many actors, given the actor's name (no
+    /// allocation per actor).
+    Named(NamedFactory<A>),
+}
+
+/// A factory shared by many actors: it makes an instance from the actor's
+/// name.
+pub type NamedFactory<A> = Arc<dyn Fn(&Arc<str>) -> A + Send + Sync>;
+
+impl<A> Factory<A> {
+    /// A new instance for the actor named `name`.
+    pub(crate) fn make(&mut self, name: &Name) -> A {
+        match self {
+            Factory::Owned(f) => f(),
+            Factory::Named(f) => match name {
+                Name::Given(n) => f(n),
+                Name::Generated(_) => f(&Arc::from(name.as_str())),
+            },
+        }
+    }
+}
 
 /// Where instances come from.
 pub(crate) enum Source<A> {
@@ -47,7 +73,7 @@ pub(crate) enum Source<A> {
 /// ```
 pub struct Props<A: Actor> {
     pub(crate) source: Source<A>,
-    pub(crate) name: Option<String>,
+    pub(crate) name: Option<Arc<str>>,
     pub(crate) strategy: SupervisorStrategy,
     pub(crate) mailbox: MailboxConfig,
 }
@@ -69,7 +95,38 @@ impl<A: Actor> Props<A> {
     /// restart so that each incarnation starts with fresh state.
     pub fn from_factory(factory: impl FnMut() -> A + Send + 'static) -> Self {
         Props {
-            source: Source::Factory(Box::new(factory)),
+            source: Source::Factory(Factory::Owned(Box::new(factory))),
+            name: None,
+            strategy: SupervisorStrategy::default(),
+            mailbox: MailboxConfig::Unbounded,
+        }
+    }
+
+    /// Spawns an instance that `factory` makes from the actor's name,
+    /// called again on every restart. One factory can serve any number of
+    /// actors, where [`Props::from_factory`] costs each actor a closure of
+    /// its own: for many actors named by a key (cluster sharding names
+    /// each entity by its id). The factory gets the name the actor keeps
+    /// (the `Arc` given to [`Props::with_name`]: an instance that keeps a
+    /// clone of it costs no allocation), or the generated name.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use troupe_core::prelude::*;
+    /// use troupe_core::{NamedFactory, Props};
+    ///
+    /// struct Account { id: Arc<str>, balance: u64 }
+    /// impl Actor for Account {}
+    ///
+    /// let accounts: NamedFactory<Account> =
+    ///     Arc::new(|name: &Arc<str>| Account { id: name.clone(), balance: 0 });
+    /// let a = Props::from_named_factory(accounts.clone()).with_name("acc-1");
+    /// let b = Props::from_named_factory(accounts).with_name("acc-2");
+    /// # let _ = (a, b);
+    /// ```
+    pub fn from_named_factory(factory: NamedFactory<A>) -> Self {
+        Props {
+            source: Source::Factory(Factory::Named(factory)),
             name: None,
             strategy: SupervisorStrategy::default(),
             mailbox: MailboxConfig::Unbounded,
@@ -77,8 +134,9 @@ impl<A: Actor> Props<A> {
     }
 
     /// Sets the name (unique among siblings); without one a name such as
-    /// `$a1` is generated.
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+    /// `$a1` is generated. An `Arc<str>` is kept as it is (the actor
+    /// shares it rather than copying it).
+    pub fn with_name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.name = Some(name.into());
         self
     }

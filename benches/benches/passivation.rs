@@ -104,46 +104,6 @@ fn live() -> u64 {
         .saturating_sub(STOPPED.load(Ordering::Relaxed))
 }
 
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
-/// glibc's `struct mallinfo2`.
-#[repr(C)]
-struct MallInfo2 {
-    arena: usize,
-    ordblks: usize,
-    smblks: usize,
-    hblks: usize,
-    hblkhd: usize,
-    usmblks: usize,
-    fsmblks: usize,
-    uordblks: usize,
-    fordblks: usize,
-    keepcost: usize,
-}
-
-extern "C" {
-    fn mallinfo2() -> MallInfo2;
-}
-
-/// Bytes the program holds in malloc'd blocks (all arenas, and blocks
-/// mapped on their own): what the resident set would be without the
-/// allocator's free memory. Tells a leak (this grows) from fragmentation
-/// (only the resident set grows).
-fn heap_in_use_bytes() -> u64 {
-    // SAFETY: mallinfo2 only reads the allocator's statistics (glibc 2.33
-    // and later; this machine has 2.36).
-    let m = unsafe { mallinfo2() };
-    (m.uordblks + m.hblkhd) as u64
-}
-
 /// CPU time this process has used (user + system), from
 /// `/proc/self/stat` (in clock ticks of 10 ms).
 fn cpu_secs() -> f64 {
@@ -782,6 +742,10 @@ fn num_fmt(v: &str) -> String {
         Err(_) => v.to_string(),
     }
 }
+
+#[path = "support/memory.rs"]
+mod memory;
+use memory::{heap_in_use_bytes, rss_bytes};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -57,16 +57,6 @@ impl Target {
     }
 }
 
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
 async fn wait_total(total: &AtomicU64, want: u64) {
     while total.load(Ordering::Relaxed) < want {
         rt::yield_now().await;
@@ -82,6 +72,10 @@ fn wanted(section: &str) -> bool {
         .collect();
     args.is_empty() || args.iter().any(|a| a == section)
 }
+
+#[path = "support/memory.rs"]
+mod memory;
+use memory::{heap_in_use_bytes, rss_bytes};
 
 fn main() {
     rt::block_on(async {
@@ -229,41 +223,52 @@ fn main() {
         }
 
         // Activation and memory.
-        const NEW: usize = 1_000_000;
+        // `SHARDING_BENCH_ENTITIES` makes it smaller (for a heap profile
+        // under valgrind).
+        let new_count: usize = std::env::var("SHARDING_BENCH_ENTITIES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1_000_000);
         if wanted("activation") {
             // The baseline: the same actors spawned directly, each sent
             // its first message (what an entity costs below sharding).
             let before = rss_bytes();
+            let heap_before = heap_in_use_bytes();
             let base = total.load(Ordering::Relaxed);
             let t0 = Instant::now();
-            let mut plain = Vec::with_capacity(NEW);
-            for _ in 0..NEW {
+            let mut plain = Vec::with_capacity(new_count);
+            for _ in 0..new_count {
                 let a = spawn_twin(&system, &total);
                 a.tell(Hit).unwrap();
                 plain.push(a);
             }
-            wait_total(&total, base + NEW as u64).await;
-            let per = t0.elapsed().as_secs_f64() * 1e6 / NEW as f64;
+            wait_total(&total, base + new_count as u64).await;
+            let per = t0.elapsed().as_secs_f64() * 1e6 / new_count as f64;
             let after = rss_bytes();
+            let heap_after = heap_in_use_bytes();
             println!(
-                "sharding bench: spawn + first message, {NEW} plain actors (baseline)\n  {:.2} us per actor; RSS +{:.0} bytes per idle actor (its ActorRef included)",
+                "sharding bench: spawn + first message, {new_count} plain actors (baseline)\n  {:.2} us per actor; RSS +{:.0} bytes per idle actor (its ActorRef included), malloc'd +{:.0}",
                 per,
-                (after.saturating_sub(before)) as f64 / NEW as f64,
+                (after.saturating_sub(before)) as f64 / new_count as f64,
+                (heap_after.saturating_sub(heap_before)) as f64 / new_count as f64,
             );
             let before = rss_bytes();
+            let heap_before = heap_in_use_bytes();
             let base = total.load(Ordering::Relaxed);
             let t0 = Instant::now();
-            for i in 0..NEW {
+            for i in 0..new_count {
                 let r: EntityRef<Target> = sharding.entity_ref(format!("new-{i}")).unwrap();
                 r.tell(Hit).unwrap();
             }
-            wait_total(&total, base + NEW as u64).await;
-            let per = t0.elapsed().as_secs_f64() * 1e6 / NEW as f64;
+            wait_total(&total, base + new_count as u64).await;
+            let per = t0.elapsed().as_secs_f64() * 1e6 / new_count as f64;
             let after = rss_bytes();
+            let heap_after = heap_in_use_bytes();
             println!(
-            "sharding bench: first message to {NEW} new entities over 1000 shards\n  {:.2} us per entity; RSS +{:.0} bytes per idle entity ({} MB -> {} MB)",
+            "sharding bench: first message to {new_count} new entities over 1000 shards\n  {:.2} us per entity; RSS +{:.0} bytes per idle entity, malloc'd +{:.0} ({} MB -> {} MB)",
             per,
-            (after.saturating_sub(before)) as f64 / NEW as f64,
+            (after.saturating_sub(before)) as f64 / new_count as f64,
+            (heap_after.saturating_sub(heap_before)) as f64 / new_count as f64,
             before / 1_000_000,
             after / 1_000_000
         );

@@ -1,7 +1,7 @@
-//! A shard's active entities as senders see them: the table that the
-//! shard publishes and that the hot path reads to reach an entity without
-//! passing through an actor, and the record of those accesses that
-//! passivation needs.
+//! A shard's active entities: the table that the shard publishes and that
+//! the hot path reads to reach an entity without passing through an actor
+//! (the only record of an active entity: the shard keeps its other states
+//! apart), and the record of those accesses that passivation needs.
 //!
 //! Passivation decides on accesses the shard never sees (a direct send
 //! does not go through it), so the senders leave a trace:
@@ -110,21 +110,40 @@ impl<E: Entity> ActiveEntities<E> {
         }
     }
 
-    /// Records an access made through the shard (a message it delivered).
-    pub(crate) fn touch_by_shard(&self, id: &EntityId) {
-        if let Some(entity) = self.read().get(id) {
-            let epoch = self.epoch.load(Ordering::Relaxed);
-            entity.touched.store(epoch, Ordering::Relaxed);
-        }
+    /// The entity's running incarnation, if it is active. Records an access
+    /// (for idle passivation): the shard asks in order to deliver to it.
+    pub(crate) fn get_for_delivery(&self, id: &str) -> Option<ActorRef<E>> {
+        let table = self.read();
+        let entity = table.get(id)?;
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        entity.touched.store(epoch, Ordering::Relaxed);
+        Some(entity.actor.clone())
     }
 
-    /// The recorded accesses, oldest first, and a fresh buffer.
+    /// The entity's id as the table keeps it and its running incarnation,
+    /// if it is active.
+    pub(crate) fn entry(&self, id: &str) -> Option<(EntityId, ActorRef<E>)> {
+        self.read()
+            .get_key_value(id)
+            .map(|(id, e)| (id.clone(), e.actor.clone()))
+    }
+
+    /// Whether the entity is active.
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.read().contains_key(id)
+    }
+
+    /// The recorded accesses of entities that are still active, oldest
+    /// first, and a fresh buffer.
     pub(crate) fn take_touches(&self) -> Vec<EntityId> {
         self.drain_requested.store(false, Ordering::Release);
-        match &self.touches {
-            Some(t) => std::mem::take(&mut *t.lock().unwrap_or_else(|e| e.into_inner())),
-            None => Vec::new(),
-        }
+        let Some(t) = &self.touches else {
+            return Vec::new();
+        };
+        let mut touches = std::mem::take(&mut *t.lock().unwrap_or_else(|e| e.into_inner()));
+        let table = self.read();
+        touches.retain(|id| table.contains_key(id));
+        touches
     }
 
     /// Starts the next idle-check epoch; returns it.
@@ -149,16 +168,19 @@ impl<E: Entity> ActiveEntities<E> {
         self.write().insert(id, ActiveEntity { actor, touched });
     }
 
-    /// Unpublishes an entity. Every direct send that found it has queued
-    /// its message when this returns, so whatever the shard sends the
-    /// entity next comes after those.
-    pub(crate) fn remove(&self, id: &EntityId) {
-        self.write().remove(id);
+    /// Unpublishes an entity; returns its incarnation if it was active.
+    /// Every direct send that found it has queued its message when this
+    /// returns, so whatever the shard sends the entity next comes after
+    /// those.
+    pub(crate) fn remove(&self, id: &str) -> Option<ActorRef<E>> {
+        self.write().remove(id).map(|e| e.actor)
     }
 
-    /// Unpublishes every entity (a hand-off), with the same guarantee.
-    pub(crate) fn clear(&self) {
-        self.write().clear();
+    /// Unpublishes every entity (a hand-off), with the same guarantee;
+    /// returns them.
+    pub(crate) fn drain(&self) -> Vec<(EntityId, ActorRef<E>)> {
+        let taken = std::mem::take(&mut *self.write());
+        taken.into_iter().map(|(id, e)| (id, e.actor)).collect()
     }
 
     /// How many entity ids are published.

@@ -47,10 +47,11 @@ pub(crate) struct ShardStart<E: Entity> {
     pub(crate) remember: Option<RememberedEntitiesStore>,
 }
 
-/// Where one entity is in its life cycle.
+/// Where one entity is in its life cycle, when it is not active: an active
+/// entity (running, reached by senders directly) is one in the shard's
+/// published table, `ActiveEntities`, and nowhere else (one entry for
+/// the bulk of a shard's entities, not two).
 enum EntityState<E: Entity> {
-    /// Running; senders reach it directly.
-    Active(ActorRef<E>),
     /// Its stop message was sent (passivation or hand-off); messages wait
     /// for it to terminate.
     Passivating(ActorRef<E>, VecDeque<Delivery<E>>),
@@ -64,6 +65,13 @@ enum EntityState<E: Entity> {
     /// Remembered entities: it stopped by itself and is restarted after
     /// `entity-restart-backoff` (or by its next message).
     WaitingForRestart,
+}
+
+/// Whether a terminated incarnation was active or being stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Liveness {
+    Active,
+    Passivating,
 }
 
 /// A message for an entity of this shard (local, never on the wire).
@@ -151,6 +159,8 @@ pub(crate) type EntityMap<V> = HashMap<EntityId, V, foldhash::fast::RandomState>
 /// The entities of one shard on this node.
 pub(crate) struct Shard<E: Entity> {
     start: ShardStart<E>,
+    /// The entities that are not active (few: active ones are in
+    /// `start.local`).
     entities: EntityMap<EntityState<E>>,
     /// The entities whose actor could not be named by their id (the id is
     /// not a valid actor name, or the name was still taken by the previous
@@ -213,23 +223,25 @@ impl<E: Entity> Shard<E> {
     }
 
     fn spawn_entity(&mut self, id: &EntityId, ctx: &mut Context<Self>) -> Option<ActorRef<E>> {
-        let props = || {
-            let make = self.start.factory.make.clone();
-            let eid = id.clone();
-            Props::from_factory(move || make(eid.clone()))
-        };
-        let named = match actor_name(id) {
-            Some(name) => ctx.spawn_props(props().with_name(name)),
-            None => Err(SpawnError::InvalidName(String::new())),
+        // Named by its id, one factory serves every entity and the name is
+        // the id's own allocation.
+        let named = if ActorPath::is_valid_name(id) {
+            let props = Props::from_named_factory(self.start.factory.make.clone());
+            ctx.spawn_props(props.with_name(id.clone()))
+        } else {
+            Err(SpawnError::InvalidName(String::new()))
         };
         let spawned = match named {
             Ok(actor) => Ok(actor),
             // The previous incarnation, which stopped by itself, may hold
             // the name until it has terminated: run unnamed.
             Err(SpawnError::NameTaken(_) | SpawnError::InvalidName(_)) => {
-                ctx.spawn_props(props()).inspect(|actor| {
-                    self.unnamed.insert(actor.uid(), id.clone());
-                })
+                let make = self.start.factory.make.clone();
+                let eid = id.clone();
+                ctx.spawn_props(Props::from_factory(move || make(&eid)))
+                    .inspect(|actor| {
+                        self.unnamed.insert(actor.uid(), id.clone());
+                    })
             }
             Err(e) => Err(e),
         };
@@ -267,8 +279,7 @@ impl<E: Entity> Shard<E> {
         }
         // Published after the first messages are queued: a direct sender
         // comes after them.
-        self.start.local.insert(id.clone(), actor.clone());
-        self.entities.insert(id.clone(), EntityState::Active(actor));
+        self.start.local.insert(id.clone(), actor);
         self.entity_created(id);
     }
 
@@ -276,10 +287,9 @@ impl<E: Entity> Shard<E> {
     /// from here on, and what reaches the shard for it waits for its next
     /// incarnation.
     fn passivate(&mut self, id: &EntityId) {
-        let Some(EntityState::Active(actor)) = self.entities.remove(id) else {
+        let Some(actor) = self.start.local.remove(id) else {
             return;
         };
-        self.start.local.remove(id);
         tracing::trace!(
             "sharding: passivating entity `{id}` of `{}` in shard {}",
             E::TYPE_NAME,
@@ -303,9 +313,7 @@ impl<E: Entity> Shard<E> {
             return;
         };
         for id in self.start.local.take_touches() {
-            if let Some(EntityState::Active(_)) = self.entities.get(&id) {
-                limit.entity_touched(&id);
-            }
+            limit.entity_touched(&id);
         }
     }
 
@@ -344,6 +352,26 @@ impl<E: Entity> Shard<E> {
         }
         let id = delivery.entity.clone();
         let mut delivery = delivery;
+        if let Some(actor) = self.start.local.get_for_delivery(&id) {
+            match delivery.deliver_local(&self.start.system, &actor) {
+                Ok(()) => {
+                    if let Some(limit) = &mut self.limit {
+                        limit.entity_touched(&id);
+                    }
+                    return;
+                }
+                // It stopped by itself; its Terminated is on the way.
+                // Start the next incarnation now, in order.
+                Err(d) => delivery = d,
+            }
+            self.unnamed.remove(&actor.uid());
+            self.start.local.remove(&id);
+            if let Some(limit) = &mut self.limit {
+                limit.entity_terminated(&id);
+            }
+            // Remembered already (if remembering): start it at once.
+            return self.start_entity(&id, [delivery], ctx);
+        }
         match self.entities.get_mut(&id) {
             Some(
                 EntityState::Passivating(_, buffer)
@@ -352,29 +380,6 @@ impl<E: Entity> Shard<E> {
             ) => {
                 buffer.push_back(delivery);
                 return;
-            }
-            Some(EntityState::Active(actor)) => {
-                match delivery.deliver_local(&self.start.system, actor) {
-                    Ok(()) => {
-                        self.start.local.touch_by_shard(&id);
-                        if let Some(limit) = &mut self.limit {
-                            limit.entity_touched(&id);
-                        }
-                        return;
-                    }
-                    // It stopped by itself; its Terminated is on the way.
-                    // Start the next incarnation now, in order.
-                    Err(d) => delivery = d,
-                }
-                let old = actor.uid();
-                self.unnamed.remove(&old);
-                self.entities.remove(&id);
-                self.start.local.remove(&id);
-                if let Some(limit) = &mut self.limit {
-                    limit.entity_terminated(&id);
-                }
-                // Remembered already (if remembering): start it at once.
-                return self.start_entity(&id, [delivery], ctx);
             }
             Some(EntityState::RememberedButNotCreated | EntityState::WaitingForRestart) => {
                 // Remembered already: start it at once.
@@ -452,15 +457,22 @@ impl<E: Entity> Shard<E> {
 
     /// The entity whose current incarnation is `actor` (none for an
     /// incarnation that is gone already).
-    fn entity_of(&self, actor: &AnyActorRef) -> Option<EntityId> {
+    fn entity_of(&self, actor: &AnyActorRef) -> Option<(EntityId, Liveness)> {
         let uid = actor.uid();
-        let (id, state) = match self.unnamed.get(&uid) {
-            Some(id) => self.entities.get_key_value(&**id)?,
-            None => self.entities.get_key_value(&*actor.name())?,
+        let name;
+        let id: &str = match self.unnamed.get(&uid) {
+            Some(id) => id,
+            None => {
+                name = actor.name();
+                &name
+            }
         };
-        match state {
-            EntityState::Active(a) | EntityState::Passivating(a, _) if a.uid() == uid => {
-                Some(id.clone())
+        if let Some((id, active)) = self.start.local.entry(id) {
+            return (active.uid() == uid).then_some((id, Liveness::Active));
+        }
+        match self.entities.get_key_value(id)? {
+            (id, EntityState::Passivating(a, _)) if a.uid() == uid => {
+                Some((id.clone(), Liveness::Passivating))
             }
             _ => None,
         }
@@ -488,12 +500,29 @@ impl<E: Entity> Shard<E> {
     }
 
     async fn on_terminated(&mut self, msg: Terminated, ctx: &mut Context<Self>) {
-        let Some(id) = self.entity_of(&msg.actor) else {
+        let Some((id, liveness)) = self.entity_of(&msg.actor) else {
             return;
         };
         self.unnamed.remove(&msg.actor.uid());
         if let Some(limit) = &mut self.limit {
             limit.entity_terminated(&id);
+        }
+        if liveness == Liveness::Active {
+            self.start.local.remove(&id);
+            // Stopped by itself without passivating: remembered entities
+            // must run, so it comes back; others simply end (the next
+            // message starts them again).
+            if !self.handing_off && self.remember.is_some() {
+                let backoff = self.start.settings.entity_restart_backoff;
+                tracing::debug!(
+                    "sharding: entity `{id}` of `{}` stopped by itself; restarting it in \
+                     {backoff:?}",
+                    E::TYPE_NAME
+                );
+                ctx.start_single_timer(format!("restart-{id}"), RestartEntity(id.clone()), backoff);
+                self.entities.insert(id, EntityState::WaitingForRestart);
+            }
+            return;
         }
         match self.entities.remove(&id) {
             Some(EntityState::Passivating(_, buffered)) => {
@@ -512,26 +541,6 @@ impl<E: Entity> Shard<E> {
                     // Messages that waited for the old incarnation go to a
                     // new one.
                     self.start_entity(&id, buffered, ctx);
-                }
-            }
-            Some(EntityState::Active(_)) => {
-                self.start.local.remove(&id);
-                // Stopped by itself without passivating: remembered
-                // entities must run, so it comes back; others simply end
-                // (the next message starts them again).
-                if !self.handing_off && self.remember.is_some() {
-                    let backoff = self.start.settings.entity_restart_backoff;
-                    tracing::debug!(
-                        "sharding: entity `{id}` of `{}` stopped by itself; restarting it in \
-                         {backoff:?}",
-                        E::TYPE_NAME
-                    );
-                    ctx.start_single_timer(
-                        format!("restart-{id}"),
-                        RestartEntity(id.clone()),
-                        backoff,
-                    );
-                    self.entities.insert(id, EntityState::WaitingForRestart);
                 }
             }
             Some(other) => {
@@ -553,7 +562,7 @@ impl<E: Entity> Shard<E> {
         // No sender reaches an entity directly from here on: every direct
         // send that read an entity has queued its message when this
         // returns, so the stop message comes after it.
-        self.start.local.clear();
+        let active = self.start.local.drain();
         if let Some(r) = &mut self.remember {
             let waiting = std::mem::take(&mut r.waiting_for_load);
             r.recovery.clear();
@@ -563,13 +572,13 @@ impl<E: Entity> Shard<E> {
         }
         let stop = self.start.factory.stop.clone();
         let ids: Vec<EntityId> = self.entities.keys().cloned().collect();
+        for (id, actor) in active {
+            stop(&actor);
+            self.entities
+                .insert(id, EntityState::Passivating(actor, VecDeque::new()));
+        }
         for id in ids {
             match self.entities.remove(&id) {
-                Some(EntityState::Active(actor)) => {
-                    stop(&actor);
-                    self.entities
-                        .insert(id, EntityState::Passivating(actor, VecDeque::new()));
-                }
                 Some(state @ EntityState::Passivating(..)) => {
                     self.entities.insert(id, state);
                 }
@@ -609,21 +618,21 @@ impl<E: Entity> Shard<E> {
             self.start.settings.handoff_timeout
         );
         for state in self.entities.values() {
-            if let EntityState::Active(a) | EntityState::Passivating(a, _) = state {
+            if let EntityState::Passivating(a, _) = state {
                 a.stop();
             }
         }
     }
 
     async fn on_passivate(&mut self, msg: Passivate) {
-        let Some(id) = self.entity_of(&msg.entity) else {
+        let Some((id, liveness)) = self.entity_of(&msg.entity) else {
             return;
         };
         if self.handing_off {
             // Its stop message is already on the way.
             return;
         }
-        if matches!(self.entities.get(&id), Some(EntityState::Active(_))) {
+        if liveness == Liveness::Active {
             self.passivate(&id);
         }
     }
@@ -695,7 +704,7 @@ impl<E: Entity> Shard<E> {
         for id in ids {
             if self.start.extractor.shard_id(&id) != self.start.shard {
                 moved.push(id);
-            } else if !self.entities.contains_key(&id) {
+            } else if !self.entities.contains_key(&id) && !self.start.local.contains(&id) {
                 self.entities
                     .insert(id.clone(), EntityState::RememberedButNotCreated);
                 r.recovery.push_back(id);
@@ -838,10 +847,4 @@ impl<E: Entity> Shard<E> {
             self.start_entity(&msg.0, [], ctx);
         }
     }
-}
-
-/// The entity's actor name, when its id is a valid one (else a generated
-/// name is used; the id is still what routes to it).
-fn actor_name(id: &str) -> Option<String> {
-    ActorPath::is_valid_name(id).then(|| id.to_string())
 }

@@ -29,8 +29,10 @@ use troupe_cluster::Cluster;
 use troupe_core::prelude::*;
 use troupe_core::Props;
 
-/// Makes an entity from its id.
-type MakeEntity<E> = Arc<dyn Fn(EntityId) -> E + Send + Sync>;
+/// Makes an entity from its id (the actor's name when the id is a valid
+/// one: one factory for every entity of the type, the id shared with the
+/// actor's name).
+type MakeEntity<E> = troupe_core::NamedFactory<E>;
 /// Tells an entity to stop for a hand-off.
 type StopEntity<E> = Arc<dyn Fn(&ActorRef<E>) + Send + Sync>;
 
@@ -73,7 +75,7 @@ impl<E: Entity> EntityConfig<E> {
     pub fn new(factory: impl Fn(EntityId) -> E + Send + Sync + 'static) -> Self {
         EntityConfig {
             factory: EntityFactory {
-                make: Arc::new(factory),
+                make: Arc::new(move |id: &EntityId| factory(id.clone())),
                 stop: Arc::new(|e: &ActorRef<E>| e.poison_pill()),
             },
             extractor: None,
