@@ -427,6 +427,17 @@ impl<A: Actor> ActorRef<A> {
         self.to_any().poison_pill();
     }
 
+    /// As [`poison_pill`](Self::poison_pill), running the stop of an idle
+    /// actor on this thread (see [`AnyActorRef::poison_pill_here`]).
+    pub fn poison_pill_here(&self) {
+        match &self.target {
+            Target::Local(c) => {
+                let _ = c.clone().send_system_here(SystemMessage::PoisonPill);
+            }
+            Target::Remote(_) => self.poison_pill(),
+        }
+    }
+
     /// The actor's path within its system (for a remote actor, see
     /// [`Display`](fmt::Display) for the full address).
     pub fn path(&self) -> ActorPath {
@@ -805,6 +816,21 @@ impl AnyActorRef {
                     r.path
                 );
             }
+        }
+    }
+
+    /// As [`poison_pill`](Self::poison_pill), but if the actor is idle its
+    /// stop runs at once on this thread (its `stopping` and `stopped`
+    /// hooks included, as an ask to an idle actor runs its handler inline)
+    /// instead of as a task of its own: the cheap way for a parent to stop
+    /// many idle children, such as a shard passivating its entities. A stop
+    /// that has to wait continues as a task. Local actors only.
+    pub fn poison_pill_here(&self) {
+        match &self.target {
+            AnyTarget::Local(c) => {
+                let _ = c.clone().send_system_here(SystemMessage::PoisonPill);
+            }
+            AnyTarget::Remote(_) => self.poison_pill(),
         }
     }
 

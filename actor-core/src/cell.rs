@@ -85,7 +85,7 @@ struct ChildMap {
     /// The children, found by name: a set of their cells (16 bytes an
     /// entry, where a map from name to reference takes 48; an actor such
     /// as a shard can have a million children).
-    by_name: HashSet<Child>,
+    by_name: HashSet<Child, foldhash::fast::RandomState>,
     /// Set by `Context::watch_children`: tells the actor of every child
     /// that terminates (kept while the map is empty).
     notice: Option<ChildNotice>,
@@ -262,6 +262,9 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     /// Queues a message for the runtime; gives it back if the actor has
     /// stopped.
     fn send_system(self: Arc<Self>, msg: SystemMessage) -> Result<(), SystemMessage>;
+    /// As `send_system`, running the activation it starts on this thread
+    /// when the actor was idle (as `ActorCell::enqueue_ask` does).
+    fn send_system_here(self: Arc<Self>, msg: SystemMessage) -> Result<(), SystemMessage>;
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
     /// The type id of the actor (for remote dispatch).
     fn actor_type(&self) -> std::any::TypeId;
@@ -716,6 +719,16 @@ impl<A: Actor> AnyCell for ActorCell<A> {
         }
     }
 
+    fn send_system_here(self: Arc<Self>, msg: SystemMessage) -> Result<(), SystemMessage> {
+        match self.mailbox.push(Node::new(SystemLetter(msg))) {
+            Ok(()) => {
+                self.schedule_here();
+                Ok(())
+            }
+            Err(node) => Err(node.body.0),
+        }
+    }
+
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
@@ -857,17 +870,23 @@ impl<A: Actor> ActorCell<A> {
         Node<A, L>: Letter<A> + 'static,
     {
         self.mailbox.push(node)?;
+        self.schedule_here();
+        Ok(())
+    }
+
+    /// Starts an activation as `schedule` does, but on this thread when
+    /// the nesting bound allows (see `InlineAsks`).
+    fn schedule_here(self: &Arc<Self>) {
         // The same claim as `schedule`: whoever wins it owns the run state,
         // so the actor never runs in two places at once.
         if !self.try_claim() {
-            return Ok(());
+            return;
         }
         let activation = Activation::new(self.clone());
         match InlineAsks::enter() {
             Some(_depth) => self.run_inline(activation),
             None => rt::spawn_detached(activation),
         }
-        Ok(())
     }
 
     /// Runs a claimed activation on this thread until it is idle; one that

@@ -232,3 +232,76 @@ fn nested_asks_past_the_depth_bound_go_to_the_executor() {
     }
     rt::block_on(system.shutdown());
 }
+
+/// Reports where its `stopped` hook ran; counts its messages.
+struct Stoppable {
+    stopped_on: async_channel::Sender<ThreadId>,
+    handled: Arc<AtomicU64>,
+}
+
+impl Actor for Stoppable {
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        let _ = self.stopped_on.try_send(thread::current().id());
+    }
+}
+
+#[handlers]
+impl Stoppable {
+    async fn inc(&mut self, _msg: Inc) {
+        self.handled.fetch_add(1, Ordering::SeqCst);
+    }
+
+    async fn where_(&mut self, _msg: Where) -> ThreadId {
+        thread::current().id()
+    }
+}
+
+#[test]
+fn poison_pill_here_stops_an_idle_actor_on_the_calling_thread_after_its_messages() {
+    rt::block_on(async {
+        let system = ActorSystem::new("pill-here").unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let handled = Arc::new(AtomicU64::new(0));
+        let a = system.spawn(Stoppable {
+            stopped_on: tx.clone(),
+            handled: handled.clone(),
+        });
+        // An ask that ran inline leaves the actor idle (its activation
+        // parked before the ask returned); the first ones may meet its
+        // start still running on the executor.
+        let mut inline = false;
+        for _ in 0..20 {
+            if a.ask(Where).await.unwrap() == thread::current().id() {
+                inline = true;
+                break;
+            }
+        }
+        assert!(inline, "an ask to the idle actor ran inline");
+        a.poison_pill_here();
+        // Idle, and far from the fairness turn (every 32nd), so the stop
+        // ran here, before the call returned.
+        assert_eq!(
+            rx.try_recv().ok(),
+            Some(thread::current().id()),
+            "the stopped hook ran inside poison_pill_here"
+        );
+        assert!(a.is_terminated(), "the stop ran to its end");
+
+        // Messages queued before the pill are handled first, whoever runs
+        // them.
+        let handled_b = Arc::new(AtomicU64::new(0));
+        let b = system.spawn(Stoppable {
+            stopped_on: tx,
+            handled: handled_b.clone(),
+        });
+        for _ in 0..100 {
+            b.tell(Inc).unwrap();
+        }
+        b.to_any().poison_pill_here();
+        within("stopped", next(&rx)).await;
+        eventually("terminated", || b.is_terminated()).await;
+        assert_eq!(handled_b.load(Ordering::SeqCst), 100);
+        assert!(b.tell(Inc).is_err(), "a stopped actor refuses messages");
+        system.shutdown().await;
+    });
+}

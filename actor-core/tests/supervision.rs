@@ -305,3 +305,72 @@ fn a_panic_does_not_disturb_other_actors() {
         system.shutdown().await;
     });
 }
+
+/// An actor of a named factory: made from its name.
+struct Named {
+    name: std::sync::Arc<str>,
+    count: u64,
+}
+impl Actor for Named {}
+
+#[derive(Message)]
+#[message(reply = (String, u64))]
+struct WhoAmI;
+
+#[handlers]
+impl Named {
+    async fn who(&mut self, _msg: WhoAmI) -> (String, u64) {
+        self.count += 1;
+        (self.name.to_string(), self.count)
+    }
+    async fn crash(&mut self, _msg: Crash) {
+        panic!("boom (expected by the test)");
+    }
+}
+
+#[test]
+fn a_named_factory_serves_many_actors_and_restarts_each_from_its_name() {
+    init_logging();
+    rt::block_on(async {
+        let system = ActorSystem::new("named-factory").unwrap();
+        let made = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let m = made.clone();
+        let factory: troupe_core::NamedFactory<Named> = std::sync::Arc::new(move |name| {
+            m.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Named {
+                name: name.clone(),
+                count: 0,
+            }
+        });
+        let name: std::sync::Arc<str> = "acc-1".into();
+        let a = system
+            .spawn_props(Props::from_named_factory(factory.clone()).with_name(name.clone()))
+            .unwrap();
+        let b = system
+            .spawn_props(Props::from_named_factory(factory.clone()).with_name("acc-2"))
+            .unwrap();
+        let c = system
+            .spawn_props(Props::from_named_factory(factory))
+            .unwrap();
+        assert_eq!(a.ask(WhoAmI).await.unwrap(), ("acc-1".to_string(), 1));
+        assert_eq!(a.ask(WhoAmI).await.unwrap(), ("acc-1".to_string(), 2));
+        assert_eq!(b.ask(WhoAmI).await.unwrap(), ("acc-2".to_string(), 1));
+        let (generated, _) = c.ask(WhoAmI).await.unwrap();
+        assert_eq!(
+            generated,
+            c.name(),
+            "an unnamed actor's factory gets its generated name"
+        );
+        // A restart makes a fresh instance from the same name.
+        a.tell(Crash).unwrap();
+        assert_eq!(
+            within("ask after the restart", a.ask(WhoAmI))
+                .await
+                .unwrap(),
+            ("acc-1".to_string(), 1)
+        );
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), 4);
+        assert_eq!(&*a.name(), "acc-1");
+        system.shutdown().await;
+    });
+}

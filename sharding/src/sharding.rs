@@ -76,7 +76,9 @@ impl<E: Entity> EntityConfig<E> {
         EntityConfig {
             factory: EntityFactory {
                 make: Arc::new(move |id: &EntityId| factory(id.clone())),
-                stop: Arc::new(|e: &ActorRef<E>| e.poison_pill()),
+                // An idle entity stops at once, inside the shard's
+                // activation, rather than as a task of its own.
+                stop: Arc::new(|e: &ActorRef<E>| e.poison_pill_here()),
             },
             extractor: None,
             strategy: None,

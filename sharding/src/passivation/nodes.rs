@@ -5,7 +5,7 @@
 //! admission window to the main area, keeps its slot and map entry).
 
 use crate::extractor::EntityId;
-use std::collections::HashMap;
+use crate::shard::EntityMap;
 use std::ops::{Index, IndexMut};
 
 /// No slot: the end of a list, or of the free list.
@@ -45,7 +45,7 @@ pub(super) struct Nodes {
     slots: Vec<Node>,
     /// The first free slot, linked through `next`.
     free: u32,
-    index: HashMap<EntityId, u32>,
+    index: EntityMap<u32>,
 }
 
 impl Nodes {
@@ -53,7 +53,7 @@ impl Nodes {
         Nodes {
             slots: Vec::new(),
             free: NIL,
-            index: HashMap::new(),
+            index: EntityMap::default(),
         }
     }
 
