@@ -314,8 +314,8 @@ impl Cluster {
 
     /// How many event subscriptions this node's cluster core holds (actors
     /// and channels), for diagnostics. An actor's subscription ends when it
-    /// stops; a channel's once its receiver is dropped and the next event
-    /// finds it gone.
+    /// stops; a channel's once its receiver is dropped (found when the next
+    /// event is sent, or when the subscriptions are counted).
     pub async fn subscription_count(&self) -> Result<usize, troupe_core::AskError> {
         self.core
             .ask_timeout(GetSubscriptionCount, Duration::from_secs(10))

@@ -1186,6 +1186,10 @@ impl ClusterCore {
         _q: GetSubscriptionCount,
         _ctx: &mut Context<Self>,
     ) -> usize {
+        // Channels whose receiver is gone would otherwise be counted until
+        // the next event finds them closed (so the count could drop by
+        // itself, later).
+        self.subscribers.retain(|s| !s.is_closed());
         self.subscribers.len() + self.actor_subscribers.len()
     }
 

@@ -558,6 +558,9 @@ fn an_actor_subscriber_gets_the_snapshot_first_and_its_subscription_ends_when_it
         // The first node alone, then a subscriber, then a second node.
         let first = nodes(1, &probe).pop().unwrap();
         all_up(std::slice::from_ref(&first)).await;
+        // The singleton manager subscribes when it starts, which can come
+        // after the node is Up; it hosts the singleton once subscribed.
+        eventually("the singleton runs", async || hosts(&first)).await;
         let base = first.cluster.subscription_count().await.unwrap();
         let (listener, seen) = listen(&first);
         eventually("subscribed", async || {
