@@ -430,12 +430,7 @@ impl<A: Actor> ActorRef<A> {
     /// As [`poison_pill`](Self::poison_pill), running the stop of an idle
     /// actor on this thread (see [`AnyActorRef::poison_pill_here`]).
     pub fn poison_pill_here(&self) {
-        match &self.target {
-            Target::Local(c) => {
-                let _ = c.clone().send_system_here(SystemMessage::PoisonPill);
-            }
-            Target::Remote(_) => self.poison_pill(),
-        }
+        self.to_any().poison_pill_here();
     }
 
     /// The actor's path within its system (for a remote actor, see

@@ -710,23 +710,15 @@ impl<A: Actor> AnyCell for ActorCell<A> {
     }
 
     fn send_system(self: Arc<Self>, msg: SystemMessage) -> Result<(), SystemMessage> {
-        match self.mailbox.push(Node::new(SystemLetter(msg))) {
-            Ok(()) => {
-                self.schedule();
-                Ok(())
-            }
-            Err(node) => Err(node.body.0),
-        }
+        self.push_system(msg)?;
+        self.schedule();
+        Ok(())
     }
 
     fn send_system_here(self: Arc<Self>, msg: SystemMessage) -> Result<(), SystemMessage> {
-        match self.mailbox.push(Node::new(SystemLetter(msg))) {
-            Ok(()) => {
-                self.schedule_here();
-                Ok(())
-            }
-            Err(node) => Err(node.body.0),
-        }
+        self.push_system(msg)?;
+        self.schedule_here();
+        Ok(())
     }
 
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
@@ -872,6 +864,14 @@ impl<A: Actor> ActorCell<A> {
         self.mailbox.push(node)?;
         self.schedule_here();
         Ok(())
+    }
+
+    /// Queues a message of the runtime without scheduling; gives it back
+    /// if the actor has stopped.
+    fn push_system(&self, msg: SystemMessage) -> Result<(), SystemMessage> {
+        self.mailbox
+            .push(Node::new(SystemLetter(msg)))
+            .map_err(|node| node.body.0)
     }
 
     /// Starts an activation as `schedule` does, but on this thread when

@@ -48,14 +48,11 @@ const MANY_YIELD_EVERY: u64 = 1024;
 /// One measurement: named figures.
 type Figures = Vec<(&'static str, f64)>;
 
+#[path = "support/memory.rs"]
+mod memory;
+
 fn rss_bytes() -> f64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: f64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0.0);
-    pages * 4096.0
+    memory::rss_bytes() as f64
 }
 
 fn spawn_figures(spawned: Duration, total: Duration, rss_before: f64, rss_after: f64) -> Figures {

@@ -191,15 +191,9 @@ fn tell(sharding: &Sharding<TargetFactory>, e: &EntityHandle) {
         .expect("notify host");
 }
 
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
+#[path = "support/memory.rs"]
+mod memory;
+use memory::rss_bytes;
 
 async fn wait_total(total: &AtomicU64, want: u64) {
     while total.load(Ordering::Relaxed) < want {

@@ -124,16 +124,21 @@ fn start_node(seed: Option<&str>) -> Node {
     }
 }
 
-/// A child node: runs until its standard input closes.
 /// Waits until `node`'s region has registered with the coordinator: a
 /// member is Up a moment before its region registers, and shards are
 /// allocated only to registered regions.
 async fn registered(node: &Node) {
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !node.sharding.is_registered::<Sink>().await.unwrap_or(false) {
+        assert!(
+            Instant::now() < deadline,
+            "the region did not register with the coordinator within 60 s"
+        );
         rt::sleep(Duration::from_millis(20)).await;
     }
 }
 
+/// A child node: runs until its standard input closes.
 fn child(seed: &str) {
     let node = start_node(Some(seed));
     rt::block_on(registered(&node));

@@ -225,17 +225,16 @@ impl<E: Entity> Shard<E> {
     fn spawn_entity(&mut self, id: &EntityId, ctx: &mut Context<Self>) -> Option<ActorRef<E>> {
         // Named by its id, one factory serves every entity and the name is
         // the id's own allocation.
-        let named = if ActorPath::is_valid_name(id) {
+        let named = ActorPath::is_valid_name(id).then(|| {
             let props = Props::from_named_factory(self.start.factory.make.clone());
             ctx.spawn_props(props.with_name(id.clone()))
-        } else {
-            Err(SpawnError::InvalidName(String::new()))
-        };
+        });
         let spawned = match named {
-            Ok(actor) => Ok(actor),
-            // The previous incarnation, which stopped by itself, may hold
-            // the name until it has terminated: run unnamed.
-            Err(SpawnError::NameTaken(_) | SpawnError::InvalidName(_)) => {
+            Some(Ok(actor)) => Ok(actor),
+            // The id is no actor name, or the previous incarnation, which
+            // stopped by itself, holds the name until it has terminated:
+            // run unnamed.
+            None | Some(Err(SpawnError::NameTaken(_))) => {
                 let make = self.start.factory.make.clone();
                 let eid = id.clone();
                 ctx.spawn_props(Props::from_factory(move || make(&eid)))
@@ -243,7 +242,7 @@ impl<E: Entity> Shard<E> {
                         self.unnamed.insert(actor.uid(), id.clone());
                     })
             }
-            Err(e) => Err(e),
+            Some(Err(e)) => Err(e),
         };
         match spawned {
             Ok(actor) => Some(actor),
@@ -570,29 +569,24 @@ impl<E: Entity> Shard<E> {
                 self.hold_for_new_home(d);
             }
         }
+        // Entities not running are forgotten here: their messages are held
+        // for the new home (as `hold_for_new_home` does), where the
+        // entities are remembered or started by them. Those already
+        // stopping stay until they have terminated.
+        let leftovers = &mut self.leftovers;
+        self.entities.retain(|_, state| match state {
+            EntityState::Passivating(..) => true,
+            EntityState::RememberingStart(buffered) | EntityState::RememberingStop(buffered) => {
+                leftovers.extend(buffered.drain(..));
+                false
+            }
+            EntityState::RememberedButNotCreated | EntityState::WaitingForRestart => false,
+        });
         let stop = self.start.factory.stop.clone();
-        let ids: Vec<EntityId> = self.entities.keys().cloned().collect();
         for (id, actor) in active {
             stop(&actor);
             self.entities
                 .insert(id, EntityState::Passivating(actor, VecDeque::new()));
-        }
-        for id in ids {
-            match self.entities.remove(&id) {
-                Some(state @ EntityState::Passivating(..)) => {
-                    self.entities.insert(id, state);
-                }
-                // Not running: their messages go to the new home, where
-                // the entities are remembered or started by them.
-                Some(EntityState::RememberingStart(buffered))
-                | Some(EntityState::RememberingStop(buffered)) => {
-                    for d in buffered {
-                        self.hold_for_new_home(d);
-                    }
-                }
-                Some(EntityState::RememberedButNotCreated | EntityState::WaitingForRestart)
-                | None => {}
-            }
         }
         tracing::debug!(
             "sharding: shard {} of `{}` hands off {} entities",

@@ -35,6 +35,8 @@ extern "C" {
 /// mapped on their own): what the resident set would be without the
 /// allocator's free memory. Tells a leak (this grows) from fragmentation
 /// (only the resident set grows).
+// Not every bench that includes this file reads it.
+#[allow(dead_code)]
 pub fn heap_in_use_bytes() -> u64 {
     // SAFETY: mallinfo2 only reads the allocator's statistics (glibc 2.33
     // and later; this machine has 2.36).
