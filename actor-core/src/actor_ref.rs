@@ -7,7 +7,7 @@ use crate::context::Context;
 use crate::error::{AskError, TellError};
 use crate::letter::{Envelope, HandlerFuture, Hdr, Letter, Node, Opened, Sent, UserLetter};
 use crate::message::Message;
-use crate::path::ActorPath;
+use crate::path::{ActorPath, Name};
 use crate::remote::RemoteTarget;
 use crate::replier::Replier;
 use crate::system_message::SystemMessage;
@@ -448,6 +448,20 @@ impl<A: Actor> ActorRef<A> {
         match &self.target {
             Target::Local(c) => c.core.name.as_str(),
             Target::Remote(r) => Cow::Borrowed(last_element(&r.path.path)),
+        }
+    }
+
+    /// The name given at spawn ([`Props::with_name`](crate::Props::with_name)),
+    /// as the very `Arc` that was given: a map of actors keyed by their
+    /// names can borrow the key from the actor instead of keeping a copy.
+    /// `None` for a generated name and for a remote actor.
+    pub fn given_name(&self) -> Option<&Arc<str>> {
+        match &self.target {
+            Target::Local(c) => match &c.core.name {
+                Name::Given(n) => Some(n),
+                Name::Generated(_) => None,
+            },
+            Target::Remote(_) => None,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::heap_future::HeapFuture;
 use crate::letter::{Letter, Node, Opened, SystemLetter};
 use crate::mailbox::{Batch, Mailbox};
 use crate::path::{ActorPath, AsNameKey, Name, NameKey};
-use crate::props::{Factory, MailboxConfig, Props, Source};
+use crate::props::{Factory, MailboxConfig, Props, Source, Supervision};
 use crate::rt;
 use crate::supervision::{RestartDecision, SupervisorStrategy};
 use crate::system::SystemShared;
@@ -59,6 +59,9 @@ pub(crate) const TERMINATED: u32 = 8;
 const CHILDREN_CLOSED: u32 = 64;
 /// Stopped because of a failure (set before the mailbox closes).
 pub(crate) const FAILED: u32 = 16;
+/// A child its parent keeps no entry for, only a count (see
+/// `Context::spawn_unlisted`). Set at spawn.
+const UNLISTED: u32 = 128;
 
 /// The parts of a cell that do not depend on the actor's type.
 pub(crate) struct CellCore {
@@ -89,6 +92,13 @@ struct ChildMap {
     /// Set by `Context::watch_children`: tells the actor of every child
     /// that terminates (kept while the map is empty).
     notice: Option<ChildNotice>,
+    /// Unlisted children that have not terminated.
+    unlisted: usize,
+    /// The parent waits for its children to terminate (it is stopping or
+    /// restarting): each termination wakes it. Otherwise a child's
+    /// termination costs its parent no message (a shard that passivates
+    /// entities all the time would get one for each).
+    awaited: bool,
 }
 
 /// A child in its parent's set: its cell, hashed and compared by its name.
@@ -183,20 +193,42 @@ impl CellCore {
         Ok(())
     }
 
-    /// Forgets a terminated child; returns the notice to give its
-    /// `Terminated` to, if the parent watches its children.
-    fn remove_child(&self, name: &Name, uid: u64) -> Option<ChildNotice> {
+    /// Counts an unlisted child.
+    fn register_unlisted_child(&self) -> Result<(), SpawnError> {
         let mut c = lock(&self.children);
-        let map = c.map.as_mut()?;
-        let key = name as &dyn AsNameKey;
-        if map.by_name.get(key).is_some_and(|c| c.0.core().uid == uid) {
-            map.by_name.remove(key);
+        if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED != 0 {
+            return Err(SpawnError::ParentStopped);
+        }
+        c.map.get_or_insert_with(Default::default).unlisted += 1;
+        Ok(())
+    }
+
+    /// Forgets a terminated child (`core`); returns the notice to give its
+    /// `Terminated` to, if the parent watches its children, and whether
+    /// the parent waits for its children (then it must be woken).
+    fn remove_child(&self, child: &CellCore) -> (Option<ChildNotice>, bool) {
+        let mut c = lock(&self.children);
+        let Some(map) = c.map.as_mut() else {
+            return (None, false);
+        };
+        if child.status.load(Ordering::Relaxed) & UNLISTED != 0 {
+            map.unlisted = map.unlisted.saturating_sub(1);
+        } else {
+            let key = &child.name as &dyn AsNameKey;
+            if map
+                .by_name
+                .get(key)
+                .is_some_and(|c| c.0.core().uid == child.uid)
+            {
+                map.by_name.remove(key);
+            }
         }
         let notice = map.notice.clone();
-        if map.by_name.is_empty() && map.notice.is_none() {
+        let awaited = map.awaited;
+        if map.by_name.is_empty() && map.notice.is_none() && map.unlisted == 0 {
             c.map = None;
         }
-        notice
+        (notice, awaited)
     }
 
     /// From now on, `notice` gets the `Terminated` of every child.
@@ -228,11 +260,20 @@ impl CellCore {
             .unwrap_or_default()
     }
 
-    fn has_children(&self) -> bool {
-        lock(&self.children)
-            .map
-            .as_ref()
-            .is_some_and(|m| !m.by_name.is_empty())
+    /// Whether a child has not terminated yet; if so, from now on every
+    /// child's termination wakes this actor (checked and set under the
+    /// lock that the children's removal takes, so no wake-up is missed).
+    fn awaiting_children(&self) -> bool {
+        let mut c = lock(&self.children);
+        match c.map.as_mut() {
+            Some(m) => {
+                // After a restart the children's terminations are no
+                // longer awaited.
+                m.awaited = !m.by_name.is_empty() || m.unlisted > 0;
+                m.awaited
+            }
+            None => false,
+        }
     }
 
     /// Refuses new children from now on and returns the current ones. A
@@ -505,50 +546,20 @@ struct RunState<A: Actor> {
     ctx: Context<A>,
     batch: Batch<A>,
     phase: Phase,
-    /// What most actors never need, boxed so that an idle actor pays one
-    /// pointer for it.
-    rare: Option<Box<Rare<A>>>,
-}
-
-/// The rarely used part of an actor's state.
-struct Rare<A: Actor> {
-    factory: Option<Factory<A>>,
-    /// `None` is the default strategy (restart, no limit, no backoff).
-    /// Boxed: an actor made by a shared factory keeps only that here.
-    strategy: Option<Box<SupervisorStrategy>>,
-    /// User letters set aside while children stop for a restart.
-    held: Vec<Box<dyn Letter<A>>>,
+    /// The factory and strategy, when the actor has either (shared by the
+    /// actors of one `NamedFactory`).
+    supervision: Option<Arc<Supervision<A>>>,
 }
 
 impl<A: Actor> RunState<A> {
-    fn factory(&mut self) -> Option<&mut Factory<A>> {
-        self.rare.as_mut().and_then(|r| r.factory.as_mut())
+    fn factory(&self) -> Option<&Factory<A>> {
+        self.supervision.as_ref().and_then(|s| s.factory.as_ref())
     }
 
     fn strategy(&self) -> SupervisorStrategy {
-        self.rare
+        self.supervision
             .as_ref()
-            .and_then(|r| r.strategy.as_deref().cloned())
-            .unwrap_or_default()
-    }
-
-    fn hold(&mut self, letter: Box<dyn Letter<A>>) {
-        self.rare
-            .get_or_insert_with(|| {
-                Box::new(Rare {
-                    factory: None,
-                    strategy: None,
-                    held: Vec::new(),
-                })
-            })
-            .held
-            .push(letter);
-    }
-
-    fn take_held(&mut self) -> Vec<Box<dyn Letter<A>>> {
-        self.rare
-            .as_mut()
-            .map(|r| std::mem::take(&mut r.held))
+            .and_then(|s| s.strategy.as_deref().cloned())
             .unwrap_or_default()
     }
 }
@@ -742,39 +753,48 @@ impl<A: Actor> AnyCell for ActorCell<A> {
 }
 
 impl<A: Actor> ActorCell<A> {
-    /// Creates the cell of a new actor, registers it with its parent and
-    /// schedules its start.
+    /// Creates the cell of a new actor, registers it with its parent (or,
+    /// `unlisted`, only counts it) and schedules its start.
     pub(crate) fn spawn(
         system: &Arc<SystemShared>,
         parent: Option<&AnyActorRef>,
         props: Props<A>,
+        unlisted: bool,
     ) -> Result<ActorRef<A>, SpawnError> {
         let name = match props.name {
             Some(n) if crate::path::valid_name(&n) => Name::Given(n),
             Some(n) => return Err(SpawnError::InvalidName(n.to_string())),
             None => Name::Generated(system.next_name()),
         };
-        let (actor, factory) = match props.source {
-            Source::Value(a) => (a, None),
-            Source::Factory(mut f) => {
-                match std::panic::catch_unwind(AssertUnwindSafe(|| f.make(&name))) {
-                    Ok(a) => (a, Some(f)),
-                    Err(p) => return Err(SpawnError::FactoryPanicked(panic_message(&*p))),
-                }
+        let strategy =
+            (props.strategy != SupervisorStrategy::default()).then(|| Box::new(props.strategy));
+        let made = |f: &Factory<A>| {
+            std::panic::catch_unwind(AssertUnwindSafe(|| f.make(&name)))
+                .map_err(|p| SpawnError::FactoryPanicked(panic_message(&*p)))
+        };
+        let (actor, supervision) = match props.source {
+            Source::Value(a) => (
+                a,
+                strategy.map(|s| {
+                    Arc::new(Supervision {
+                        factory: None,
+                        strategy: Some(s),
+                    })
+                }),
+            ),
+            Source::Factory(f) => (
+                made(&f)?,
+                Some(Arc::new(Supervision {
+                    factory: Some(f),
+                    strategy,
+                })),
+            ),
+            Source::Named(nf) => {
+                let supervision = nf.supervision(strategy);
+                let f = supervision.factory.as_ref().expect("a named factory");
+                (made(f)?, Some(supervision))
             }
         };
-        let strategy = if props.strategy == SupervisorStrategy::default() {
-            None
-        } else {
-            Some(Box::new(props.strategy))
-        };
-        let rare = (factory.is_some() || strategy.is_some()).then(|| {
-            Box::new(Rare {
-                factory,
-                strategy,
-                held: Vec::new(),
-            })
-        });
         let bounded = match props.mailbox {
             MailboxConfig::Unbounded => None,
             MailboxConfig::Bounded { capacity } => Some(Box::new(Bounded {
@@ -788,7 +808,11 @@ impl<A: Actor> ActorCell<A> {
                 uid: system.next_uid(),
                 name: name.clone(),
                 parent: parent.map(|p| p.local().expect("a parent is a local actor").clone()),
-                status: AtomicU32::new(SCHEDULED),
+                status: AtomicU32::new(if unlisted {
+                    SCHEDULED | UNLISTED
+                } else {
+                    SCHEDULED
+                }),
                 children: Mutex::new(Children::default()),
                 terminated: Event::new(),
                 system: system.clone(),
@@ -799,8 +823,12 @@ impl<A: Actor> ActorCell<A> {
         });
         let me = ActorRef::from_cell(cell.clone());
         if let Some(p) = parent {
-            let child: Arc<dyn AnyCell> = cell.clone();
-            if let Err(e) = p.core().register_child(child) {
+            let registered = if unlisted {
+                p.core().register_unlisted_child()
+            } else {
+                p.core().register_child(cell.clone())
+            };
+            if let Err(e) = registered {
                 // Never scheduled and never registered: mark it terminated so
                 // the cycle through its context is not created.
                 cell.core.status.store(TERMINATED, Ordering::Release);
@@ -814,7 +842,7 @@ impl<A: Actor> ActorCell<A> {
             ctx: Context::new(me.clone()),
             batch: Batch::empty(),
             phase: Phase::Start,
-            rare,
+            supervision,
         });
         queue_start(cell.clone());
         Ok(me)
@@ -1178,7 +1206,7 @@ impl<A: Actor> ActorCell<A> {
                     continue;
                 }
                 Phase::AwaitChildren(after) => {
-                    if !self.core.has_children() {
+                    if !self.core.awaiting_children() {
                         match after {
                             After::Terminate(reason) => st.phase = Phase::Finalize(reason),
                             After::Restart(0) => st.phase = Phase::Recreate,
@@ -1217,7 +1245,7 @@ impl<A: Actor> ActorCell<A> {
                     match std::panic::catch_unwind(AssertUnwindSafe(|| factory.make(name))) {
                         Ok(fresh) => {
                             st.actor = Some(fresh);
-                            for letter in st.take_held().into_iter().rev() {
+                            for letter in st.ctx.take_held().into_iter().rev() {
                                 st.batch.push_front(letter);
                             }
                             st.phase = Phase::Start;
@@ -1260,7 +1288,7 @@ impl<A: Actor> ActorCell<A> {
                     match st.phase {
                         Phase::Run => {}
                         Phase::AwaitChildren(After::Restart(_)) => {
-                            st.hold(user);
+                            st.ctx.extras().held.push(user);
                             continue;
                         }
                         _ => {
@@ -1374,11 +1402,10 @@ impl<A: Actor> ActorCell<A> {
         }
         let mut rest = std::mem::replace(&mut st.batch, Batch::empty());
         rest.append(self.mailbox.close());
-        let parent_notice = self
-            .core
-            .parent
-            .as_ref()
-            .and_then(|p| p.core().remove_child(&self.core.name, self.core.uid));
+        let (parent_notice, parent_waits) = match &self.core.parent {
+            Some(p) => p.core().remove_child(&self.core),
+            None => (None, false),
+        };
         self.core.status.fetch_or(TERMINATED, Ordering::SeqCst);
         self.core.terminated.notify(usize::MAX);
 
@@ -1394,7 +1421,7 @@ impl<A: Actor> ActorCell<A> {
         if let Some(notice) = parent_notice {
             notice(terminated.clone());
         }
-        let undelivered = st.take_held().into_iter().chain(
+        let undelivered = st.ctx.take_held().into_iter().chain(
             st.ctx
                 .drain_stash()
                 .into_iter()
@@ -1415,7 +1442,7 @@ impl<A: Actor> ActorCell<A> {
                 }
             }
         }
-        if let Some(parent) = &self.core.parent {
+        if let Some(parent) = self.core.parent.as_ref().filter(|_| parent_waits) {
             let _ = parent.clone().send_system(SystemMessage::ChildTerminated);
         }
         tracing::debug!(actor = %self.core.path(), reason = %terminated.reason, "terminated");
@@ -1462,5 +1489,23 @@ impl<A: Actor> ActorCell<A> {
         });
         drop(cell.mailbox.close());
         ActorRef::from_cell(cell)
+    }
+}
+
+#[cfg(test)]
+mod size {
+    use super::*;
+
+    struct OneWord(#[allow(dead_code)] u64);
+    impl Actor for OneWord {}
+
+    /// An idle actor's memory is mostly its cell: with its `Arc` counts a
+    /// one-word actor's cell is a 184-byte allocation (glibc's 192-byte
+    /// chunk); a field more would move it to the next chunk size.
+    #[test]
+    fn a_one_word_actor_s_cell_fits_its_allocation() {
+        assert_eq!(std::mem::size_of::<ActorCell<OneWord>>(), 168);
+        assert_eq!(std::mem::size_of::<CellCore>(), 80);
+        assert_eq!(std::mem::size_of::<RunState<OneWord>>(), 72);
     }
 }

@@ -4,7 +4,7 @@
 use crate::actor::Actor;
 use crate::path::Name;
 use crate::supervision::SupervisorStrategy;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The mailbox an actor gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -21,24 +21,24 @@ pub enum MailboxConfig {
     },
 }
 
+/// A closure that makes an instance from the actor's name.
+type MakeNamed<A> = Arc<dyn Fn(&Arc<str>) -> A + Send + Sync>;
+
 /// Makes an actor's instances: the first, and one on every restart.
 pub(crate) enum Factory<A> {
-    /// A closure of this actor's own.
-    Owned(Box<dyn FnMut() -> A + Send>),
-    /// One closure shared by many actors, given the actor's name (no
-    /// allocation per actor).
-    Named(NamedFactory<A>),
+    /// A closure of this actor's own. Behind a lock only so that the
+    /// actor's supervision can be shared between threads: the actor's own
+    /// activation is its only caller, so the lock is never contended.
+    Owned(Mutex<Box<dyn FnMut() -> A + Send>>),
+    /// One closure shared by many actors, given the actor's name.
+    Named(MakeNamed<A>),
 }
-
-/// A factory shared by many actors: it makes an instance from the actor's
-/// name.
-pub type NamedFactory<A> = Arc<dyn Fn(&Arc<str>) -> A + Send + Sync>;
 
 impl<A> Factory<A> {
     /// A new instance for the actor named `name`.
-    pub(crate) fn make(&mut self, name: &Name) -> A {
+    pub(crate) fn make(&self, name: &Name) -> A {
         match self {
-            Factory::Owned(f) => f(),
+            Factory::Owned(f) => (f.lock().unwrap_or_else(|e| e.into_inner()))(),
             Factory::Named(f) => match name {
                 Name::Given(n) => f(n),
                 Name::Generated(_) => f(&Arc::from(name.as_str())),
@@ -47,12 +47,103 @@ impl<A> Factory<A> {
     }
 }
 
+/// What an actor's cell keeps of its props after the spawn: the factory
+/// that a restart calls and the supervisor strategy. Fixed at spawn, so
+/// that the actors of one [`NamedFactory`] with the default strategy share
+/// one (an entity type's million entities pay a pointer each for it).
+pub(crate) struct Supervision<A> {
+    /// `None` for an actor spawned from a value (it cannot be re-created).
+    pub(crate) factory: Option<Factory<A>>,
+    /// `None` is the default strategy (restart, no limit, no backoff).
+    pub(crate) strategy: Option<Box<SupervisorStrategy>>,
+}
+
+/// A factory shared by many actors: it makes an instance from the actor's
+/// name, for the first incarnation and on every restart. Cloning it is
+/// cheap (a reference count), and actors spawned from clones of one
+/// factory with the default supervisor strategy share what their cells
+/// keep of it, so that each pays one pointer.
+///
+/// ```
+/// use std::sync::Arc;
+/// use troupe_core::prelude::*;
+/// use troupe_core::{NamedFactory, Props};
+///
+/// struct Account { id: Arc<str>, balance: u64 }
+/// impl Actor for Account {}
+///
+/// let accounts = NamedFactory::new(|name: &Arc<str>| Account { id: name.clone(), balance: 0 });
+/// let a = Props::from_named_factory(accounts.clone()).with_name("acc-1");
+/// let b = Props::from_named_factory(accounts).with_name("acc-2");
+/// # let _ = (a, b);
+/// ```
+pub struct NamedFactory<A> {
+    shared: Arc<Supervision<A>>,
+}
+
+impl<A> Clone for NamedFactory<A> {
+    fn clone(&self) -> Self {
+        NamedFactory {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<A> std::fmt::Debug for NamedFactory<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NamedFactory")
+    }
+}
+
+impl<A: 'static> NamedFactory<A> {
+    /// A factory that makes an instance from the actor's name.
+    pub fn new(make: impl Fn(&Arc<str>) -> A + Send + Sync + 'static) -> Self {
+        NamedFactory {
+            shared: Arc::new(Supervision {
+                factory: Some(Factory::Named(Arc::new(make))),
+                strategy: None,
+            }),
+        }
+    }
+
+    /// Calls the factory, as a spawn named `name` would.
+    pub fn make(&self, name: &Arc<str>) -> A {
+        self.function()(name)
+    }
+
+    fn function(&self) -> &MakeNamed<A> {
+        match &self.shared.factory {
+            Some(Factory::Named(f)) => f,
+            // `new` is the only constructor.
+            _ => unreachable!("a NamedFactory holds a named factory"),
+        }
+    }
+
+    /// What an actor spawned from this factory keeps: the shared block
+    /// for the default strategy, a block of its own otherwise.
+    pub(crate) fn supervision(
+        &self,
+        strategy: Option<Box<SupervisorStrategy>>,
+    ) -> Arc<Supervision<A>> {
+        match strategy {
+            None => self.shared.clone(),
+            Some(s) => Arc::new(Supervision {
+                factory: Some(Factory::Named(self.function().clone())),
+                strategy: Some(s),
+            }),
+        }
+    }
+}
+
 /// Where instances come from.
 pub(crate) enum Source<A> {
     /// One instance; such an actor cannot be re-created on restart.
     Value(A),
-    /// A factory called for the first instance and on every restart.
+    /// A factory of the actor's own, called for the first instance and on
+    /// every restart.
     Factory(Factory<A>),
+    /// A factory shared with other actors, called with the actor's name.
+    Named(NamedFactory<A>),
 }
 
 /// Everything needed to spawn an actor.
@@ -95,7 +186,7 @@ impl<A: Actor> Props<A> {
     /// restart so that each incarnation starts with fresh state.
     pub fn from_factory(factory: impl FnMut() -> A + Send + 'static) -> Self {
         Props {
-            source: Source::Factory(Factory::Owned(Box::new(factory))),
+            source: Source::Factory(Factory::Owned(Mutex::new(Box::new(factory)))),
             name: None,
             strategy: SupervisorStrategy::default(),
             mailbox: MailboxConfig::Unbounded,
@@ -118,15 +209,14 @@ impl<A: Actor> Props<A> {
     /// struct Account { id: Arc<str>, balance: u64 }
     /// impl Actor for Account {}
     ///
-    /// let accounts: NamedFactory<Account> =
-    ///     Arc::new(|name: &Arc<str>| Account { id: name.clone(), balance: 0 });
+    /// let accounts = NamedFactory::new(|name: &Arc<str>| Account { id: name.clone(), balance: 0 });
     /// let a = Props::from_named_factory(accounts.clone()).with_name("acc-1");
     /// let b = Props::from_named_factory(accounts).with_name("acc-2");
     /// # let _ = (a, b);
     /// ```
     pub fn from_named_factory(factory: NamedFactory<A>) -> Self {
         Props {
-            source: Source::Factory(Factory::Named(factory)),
+            source: Source::Named(factory),
             name: None,
             strategy: SupervisorStrategy::default(),
             mailbox: MailboxConfig::Unbounded,

@@ -204,7 +204,7 @@ impl ActorSystem {
             let props = Props::new(Guardian)
                 .with_name(name)
                 .with_supervisor(SupervisorStrategy::Resume);
-            ActorCell::spawn(&shared, None, props).expect("guardian names are valid")
+            ActorCell::spawn(&shared, None, props, false).expect("guardian names are valid")
         };
         let guardians = Guardians {
             user: guardian("user"),
@@ -256,7 +256,7 @@ impl ActorSystem {
         let Some(g) = self.guardians() else {
             return Err(SpawnError::ParentStopped);
         };
-        ActorCell::spawn(&self.shared, Some(&g.user.to_any()), props)
+        ActorCell::spawn(&self.shared, Some(&g.user.to_any()), props, false)
     }
 
     /// Spawns an actor of the runtime or of an extension under `/system`.
@@ -265,7 +265,7 @@ impl ActorSystem {
         let Some(g) = self.guardians() else {
             return Err(SpawnError::ParentStopped);
         };
-        ActorCell::spawn(&self.shared, Some(&g.system.to_any()), props)
+        ActorCell::spawn(&self.shared, Some(&g.system.to_any()), props, false)
     }
 
     /// Finds a live actor by path, such as `/user/parent/child`.

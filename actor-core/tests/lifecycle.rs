@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 use troupe_core::prelude::*;
-use troupe_core::{rt, Props};
+use troupe_core::{rt, Props, SpawnError};
 
 type Log = async_channel::Sender<String>;
 
@@ -349,6 +349,113 @@ fn watch_children_reports_every_child_once_without_watching_each() {
             "a second Terminated for a watched child"
         );
         assert!(rx.is_empty());
+        system.shutdown().await;
+    });
+}
+
+/// Keeps its unlisted children itself (as a cluster shard keeps its
+/// entities) and stops them in `stopping`.
+struct Keeper {
+    log: Log,
+    kids: Vec<ActorRef<Node>>,
+    terminations: async_channel::Sender<Terminated>,
+}
+
+#[derive(Message)]
+#[message(reply = Result<ActorRef<Node>, SpawnError>)]
+struct SpawnUnlisted(&'static str);
+
+#[derive(Message)]
+#[message(reply = (usize, bool))]
+struct Listing(&'static str);
+
+impl Actor for Keeper {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.watch_children();
+    }
+    async fn stopping(&mut self, _ctx: &mut Context<Self>) {
+        let _ = self.log.try_send("keeper stopping".into());
+        for kid in &self.kids {
+            kid.stop();
+        }
+    }
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        let _ = self.log.try_send("keeper stopped".into());
+    }
+}
+
+#[handlers]
+impl Keeper {
+    async fn spawn_unlisted(
+        &mut self,
+        msg: SpawnUnlisted,
+        ctx: &mut Context<Self>,
+    ) -> Result<ActorRef<Node>, SpawnError> {
+        let kid = ctx.spawn_unlisted(
+            Props::new(Node {
+                name: msg.0,
+                kids: 0,
+                log: self.log.clone(),
+            })
+            .with_name(msg.0),
+        )?;
+        self.kids.push(kid.clone());
+        Ok(kid)
+    }
+    async fn listing(&mut self, msg: Listing, ctx: &mut Context<Self>) -> (usize, bool) {
+        (ctx.children().len(), ctx.child(msg.0).is_some())
+    }
+    async fn terminated(&mut self, t: Terminated) {
+        let _ = self.terminations.try_send(t);
+    }
+}
+
+#[test]
+fn unlisted_children_are_counted_not_listed_and_their_parent_terminates_after_them() {
+    init_logging();
+    rt::block_on(async {
+        let system = ActorSystem::new("unlisted").unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let (terminations, terminated) = async_channel::unbounded();
+        let keeper = system.spawn(Keeper {
+            log: tx,
+            kids: Vec::new(),
+            terminations,
+        });
+        // Two unlisted children may share a name; neither is listed.
+        let first = keeper.ask(SpawnUnlisted("kid")).await.unwrap().unwrap();
+        let second = keeper.ask(SpawnUnlisted("kid")).await.unwrap().unwrap();
+        assert_ne!(first.uid(), second.uid());
+        assert_eq!(first.path(), second.path());
+        assert!(
+            first.path().to_string().ends_with("/kid"),
+            "{}",
+            first.path()
+        );
+        assert_eq!(keeper.ask(Listing("kid")).await.unwrap(), (0, false));
+        collect_until(&rx, "kid started").await;
+        collect_until(&rx, "kid started").await;
+        // Its termination is reported like a listed child's.
+        first.stop();
+        let t = next(&terminated).await;
+        assert_eq!(t.actor, first.to_any());
+        collect_until(&rx, "kid stopped").await;
+        // The parent stops the other one in `stopping`, and the runtime
+        // waits for it before the parent terminates.
+        keeper.stop();
+        let events = collect_until(&rx, "keeper stopped").await;
+        let pos = |s: &str| {
+            events
+                .iter()
+                .position(|e| e == s)
+                .unwrap_or_else(|| panic!("{s} missing in {events:?}"))
+        };
+        assert!(pos("keeper stopping") < pos("kid stopped"), "{events:?}");
+        assert!(pos("kid stopped") < pos("keeper stopped"), "{events:?}");
+        assert!(second.is_terminated());
+        keeper.wait_for_termination().await;
+        // A stopped parent takes no more children.
+        assert!(keeper.ask(SpawnUnlisted("late")).await.is_err());
         system.shutdown().await;
     });
 }

@@ -335,7 +335,7 @@ fn a_named_factory_serves_many_actors_and_restarts_each_from_its_name() {
         let system = ActorSystem::new("named-factory").unwrap();
         let made = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let m = made.clone();
-        let factory: troupe_core::NamedFactory<Named> = std::sync::Arc::new(move |name| {
+        let factory = troupe_core::NamedFactory::new(move |name: &std::sync::Arc<str>| {
             m.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Named {
                 name: name.clone(),

@@ -17,6 +17,9 @@
 use crate::entity::Entity;
 use crate::extractor::EntityId;
 use crate::shard::{DrainTouches, EntityMap, Shard};
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use troupe_core::ActorRef;
@@ -35,9 +38,109 @@ pub(crate) struct ActiveEntity<E: Entity> {
     touched: AtomicU32,
 }
 
+impl<E: Entity> ActiveEntity<E> {
+    /// Its actor's name, which is its id in `Table::named`.
+    fn name(&self) -> &str {
+        self.actor.given_name().map_or("", |n| n)
+    }
+}
+
+// Hashed and compared by the actor's name, as `Borrow<str>` requires.
+impl<E: Entity> Hash for ActiveEntity<E> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name().hash(state)
+    }
+}
+
+impl<E: Entity> PartialEq for ActiveEntity<E> {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl<E: Entity> Eq for ActiveEntity<E> {}
+
+impl<E: Entity> Borrow<str> for ActiveEntity<E> {
+    fn borrow(&self) -> &str {
+        self.name()
+    }
+}
+
+/// The published entities. Nearly every entity's actor is named by its id
+/// and is found by that name, so that an entry is the actor and its stamp
+/// (24 bytes, where a separate key would add 16: a shard can hold a
+/// million entities).
+struct Table<E: Entity> {
+    /// Entities whose actor's given name is their id.
+    named: HashSet<ActiveEntity<E>, foldhash::fast::RandomState>,
+    /// The others: an id that is no actor name, or an incarnation that
+    /// started while the previous one still held the name.
+    aliased: EntityMap<ActiveEntity<E>>,
+}
+
+impl<E: Entity> Default for Table<E> {
+    fn default() -> Self {
+        Table {
+            named: HashSet::default(),
+            aliased: EntityMap::default(),
+        }
+    }
+}
+
+impl<E: Entity> Table<E> {
+    fn get(&self, id: &str) -> Option<&ActiveEntity<E>> {
+        match self.named.get(id) {
+            Some(e) => Some(e),
+            None if self.aliased.is_empty() => None,
+            None => self.aliased.get(id),
+        }
+    }
+
+    fn get_key_value(&self, id: &str) -> Option<(&EntityId, &ActiveEntity<E>)> {
+        match self.named.get(id) {
+            Some(e) => e.actor.given_name().map(|n| (n, e)),
+            None => self.aliased.get_key_value(id),
+        }
+    }
+
+    fn insert(&mut self, id: EntityId, entity: ActiveEntity<E>) {
+        if entity.actor.given_name().is_some_and(|n| **n == *id) {
+            self.aliased.remove(&*id);
+            self.named.replace(entity);
+        } else {
+            self.named.remove(&*id);
+            self.aliased.insert(id, entity);
+        }
+    }
+
+    fn remove(&mut self, id: &str) -> Option<ActiveEntity<E>> {
+        self.named.take(id).or_else(|| self.aliased.remove(id))
+    }
+
+    fn len(&self) -> usize {
+        self.named.len() + self.aliased.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&EntityId, &ActiveEntity<E>)> {
+        let named = self
+            .named
+            .iter()
+            .filter_map(|e| e.actor.given_name().map(|n| (n, e)));
+        named.chain(self.aliased.iter())
+    }
+
+    fn into_entries(self) -> impl Iterator<Item = (EntityId, ActorRef<E>)> {
+        let named = self
+            .named
+            .into_iter()
+            .filter_map(|e| e.actor.given_name().cloned().map(|n| (n, e.actor)));
+        named.chain(self.aliased.into_iter().map(|(id, e)| (id, e.actor)))
+    }
+}
+
 /// The active entities of one local shard.
 pub(crate) struct ActiveEntities<E: Entity> {
-    table: RwLock<EntityMap<ActiveEntity<E>>>,
+    table: RwLock<Table<E>>,
     /// The current idle-check epoch (advanced by the shard).
     epoch: AtomicU32,
     /// Accessed ids, when a replacement policy wants them.
@@ -51,7 +154,7 @@ impl<E: Entity> ActiveEntities<E> {
     /// policy that orders entities by their accesses.
     pub(crate) fn new(record_touches: bool) -> Self {
         ActiveEntities {
-            table: RwLock::new(EntityMap::default()),
+            table: RwLock::new(Table::default()),
             epoch: AtomicU32::new(0),
             touches: record_touches.then(|| Mutex::new(Vec::new())),
             drain_requested: AtomicBool::new(false),
@@ -130,7 +233,7 @@ impl<E: Entity> ActiveEntities<E> {
 
     /// Whether the entity is active.
     pub(crate) fn contains(&self, id: &str) -> bool {
-        self.read().contains_key(id)
+        self.read().get(id).is_some()
     }
 
     /// The recorded accesses of entities that are still active, oldest
@@ -142,7 +245,7 @@ impl<E: Entity> ActiveEntities<E> {
         };
         let mut touches = std::mem::take(&mut *t.lock().unwrap_or_else(|e| e.into_inner()));
         let table = self.read();
-        touches.retain(|id| table.contains_key(id));
+        touches.retain(|id| table.get(id).is_some());
         touches
     }
 
@@ -180,7 +283,7 @@ impl<E: Entity> ActiveEntities<E> {
     /// returns them.
     pub(crate) fn drain(&self) -> Vec<(EntityId, ActorRef<E>)> {
         let taken = std::mem::take(&mut *self.write());
-        taken.into_iter().map(|(id, e)| (id, e.actor)).collect()
+        taken.into_entries().collect()
     }
 
     /// How many entity ids are published.
@@ -190,14 +293,14 @@ impl<E: Entity> ActiveEntities<E> {
 
     /// The published entity ids.
     pub(crate) fn ids(&self) -> Vec<EntityId> {
-        self.read().keys().cloned().collect()
+        self.read().iter().map(|(id, _)| id.clone()).collect()
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, EntityMap<ActiveEntity<E>>> {
+    fn read(&self) -> RwLockReadGuard<'_, Table<E>> {
         self.table.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, EntityMap<ActiveEntity<E>>> {
+    fn write(&self) -> RwLockWriteGuard<'_, Table<E>> {
         self.table.write().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use troupe_cluster::ddata::DataError;
 use troupe_core::prelude::*;
-use troupe_core::{ActorPath, AskError, Props, SpawnError};
+use troupe_core::{ActorPath, AskError, Props};
 
 /// What a shard starts with.
 pub(crate) struct ShardStart<E: Entity> {
@@ -163,8 +163,8 @@ pub(crate) struct Shard<E: Entity> {
     /// `start.local`).
     entities: EntityMap<EntityState<E>>,
     /// The entities whose actor could not be named by their id (the id is
-    /// not a valid actor name, or the name was still taken by the previous
-    /// incarnation), by uid. The others are known by their actor's name.
+    /// not a valid actor name), by uid. The others are known by their
+    /// actor's name.
     unnamed: HashMap<u64, EntityId>,
     handing_off: bool,
     /// The replacement policy under an active-entity limit.
@@ -191,6 +191,18 @@ impl<E: Entity> Actor for Shard<E> {
         if self.remember.is_some() {
             self.load_remembered(ctx);
         }
+    }
+
+    async fn stopping(&mut self, _ctx: &mut Context<Self>) {
+        // Its entities are unlisted children (see `spawn_entity`): the
+        // runtime waits for them to terminate but leaves their stop to
+        // the shard. (After a hand-off there are none left.)
+        self.stop_every_entity();
+    }
+
+    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        // Before a restart the runtime runs this, not `stopping`.
+        self.stop_every_entity();
     }
 }
 
@@ -223,26 +235,22 @@ impl<E: Entity> Shard<E> {
     }
 
     fn spawn_entity(&mut self, id: &EntityId, ctx: &mut Context<Self>) -> Option<ActorRef<E>> {
-        // Named by its id, one factory serves every entity and the name is
-        // the id's own allocation.
-        let named = ActorPath::is_valid_name(id).then(|| {
+        // An unlisted child: the shard's tables are its entities'
+        // registry, so the runtime keeps none (its names need not be
+        // unique: a new incarnation may start while the previous one,
+        // which stopped by itself, is still terminating). Named by its id,
+        // one factory serves every entity, the cells share what they keep
+        // of it, and the name is the id's own allocation.
+        let spawned = if ActorPath::is_valid_name(id) {
             let props = Props::from_named_factory(self.start.factory.make.clone());
-            ctx.spawn_props(props.with_name(id.clone()))
-        });
-        let spawned = match named {
-            Some(Ok(actor)) => Ok(actor),
-            // The id is no actor name, or the previous incarnation, which
-            // stopped by itself, holds the name until it has terminated:
-            // run unnamed.
-            None | Some(Err(SpawnError::NameTaken(_))) => {
-                let make = self.start.factory.make.clone();
-                let eid = id.clone();
-                ctx.spawn_props(Props::from_factory(move || make(&eid)))
-                    .inspect(|actor| {
-                        self.unnamed.insert(actor.uid(), id.clone());
-                    })
-            }
-            Some(Err(e)) => Err(e),
+            ctx.spawn_unlisted(props.with_name(id.clone()))
+        } else {
+            let make = self.start.factory.make.clone();
+            let eid = id.clone();
+            ctx.spawn_unlisted(Props::from_factory(move || make.make(&eid)))
+                .inspect(|actor| {
+                    self.unnamed.insert(actor.uid(), id.clone());
+                })
         };
         match spawned {
             Ok(actor) => Some(actor),
@@ -253,6 +261,19 @@ impl<E: Entity> Shard<E> {
                     self.start.shard
                 );
                 None
+            }
+        }
+    }
+
+    /// Stops every incarnation the shard has started and not seen
+    /// terminate (the shard itself is stopping).
+    fn stop_every_entity(&mut self) {
+        for (_, actor) in self.start.local.drain() {
+            actor.stop();
+        }
+        for state in self.entities.values() {
+            if let EntityState::Passivating(actor, _) = state {
+                actor.stop();
             }
         }
     }

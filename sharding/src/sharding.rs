@@ -75,7 +75,7 @@ impl<E: Entity> EntityConfig<E> {
     pub fn new(factory: impl Fn(EntityId) -> E + Send + Sync + 'static) -> Self {
         EntityConfig {
             factory: EntityFactory {
-                make: Arc::new(move |id: &EntityId| factory(id.clone())),
+                make: troupe_core::NamedFactory::new(move |id: &EntityId| factory(id.clone())),
                 // An idle entity stops at once, inside the shard's
                 // activation, rather than as a task of its own.
                 stop: Arc::new(|e: &ActorRef<E>| e.poison_pill_here()),
