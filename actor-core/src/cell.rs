@@ -94,6 +94,9 @@ struct ChildMap {
     notice: Option<ChildNotice>,
     /// Unlisted children that have not terminated.
     unlisted: usize,
+    /// Finds an unlisted child by name, for path lookups (set by
+    /// `Context::find_unlisted_children_with`).
+    finder: Option<UnlistedFinder>,
     /// The parent waits for its children to terminate (it is stopping or
     /// restarting): each termination wakes it. Otherwise a child's
     /// termination costs its parent no message (a shard that passivates
@@ -123,6 +126,9 @@ impl Hash for Child {
         self.0.core().name.hash(state)
     }
 }
+
+/// Finds an unlisted child by name (see `Context::find_unlisted_children_with`).
+pub(crate) type UnlistedFinder = Arc<dyn Fn(&str) -> Option<AnyActorRef> + Send + Sync>;
 
 /// Delivers a child's `Terminated` to its parent (holds the parent
 /// weakly: the parent's own cell keeps it).
@@ -225,7 +231,11 @@ impl CellCore {
         }
         let notice = map.notice.clone();
         let awaited = map.awaited;
-        if map.by_name.is_empty() && map.notice.is_none() && map.unlisted == 0 {
+        if map.by_name.is_empty()
+            && map.notice.is_none()
+            && map.unlisted == 0
+            && map.finder.is_none()
+        {
             c.map = None;
         }
         (notice, awaited)
@@ -239,12 +249,27 @@ impl CellCore {
         }
     }
 
+    /// From now on, `finder` finds unlisted children by name.
+    pub(crate) fn set_unlisted_finder(&self, finder: UnlistedFinder) {
+        let mut c = lock(&self.children);
+        if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED == 0 {
+            c.map.get_or_insert_with(Default::default).finder = Some(finder);
+        }
+    }
+
+    /// The child named `name`: a listed one, else an unlisted one that
+    /// the actor's finder knows.
     pub(crate) fn child(&self, name: &str) -> Option<AnyActorRef> {
-        lock(&self.children)
-            .map
-            .as_ref()
-            .and_then(|m| m.by_name.get(&NameKey::of(name) as &dyn AsNameKey))
-            .map(|c| AnyActorRef::from_local(c.0.clone()))
+        let finder = {
+            let c = lock(&self.children);
+            let map = c.map.as_ref()?;
+            if let Some(child) = map.by_name.get(&NameKey::of(name) as &dyn AsNameKey) {
+                return Some(AnyActorRef::from_local(child.0.clone()));
+            }
+            map.finder.clone()?
+        };
+        // Called without the lock: it is the actor's code.
+        finder(name)
     }
 
     pub(crate) fn children(&self) -> Vec<AnyActorRef> {
@@ -284,6 +309,8 @@ impl CellCore {
         self.status.fetch_or(CHILDREN_CLOSED, Ordering::Relaxed);
         match c.map.as_mut() {
             Some(m) => {
+                // The finder may hold this actor (a cycle through its cell).
+                m.finder = None;
                 m.notice = None;
                 m.by_name
                     .iter()
@@ -1157,10 +1184,13 @@ impl<A: Actor> ActorCell<A> {
                     .status
                     .fetch_and(!(STOP_REQUESTED | SUSPENDED), Ordering::SeqCst);
                 match st.phase {
-                    Phase::Run | Phase::Backoff | Phase::Recreate => {
+                    // Restarting: the failed instance is still there and
+                    // the children still run, so stop as from `Run` (its
+                    // `stopping` runs, then the children are stopped).
+                    Phase::Run | Phase::Backoff | Phase::Recreate | Phase::Restarting(_) => {
                         st.phase = Phase::Stopping(Box::new(StopReason::Stopped));
                     }
-                    Phase::Restarting(_) | Phase::AwaitChildren(After::Restart(_)) => {
+                    Phase::AwaitChildren(After::Restart(_)) => {
                         // Children are already being stopped; end there.
                         st.actor = None;
                         st.phase =
@@ -1503,6 +1533,7 @@ mod size {
     /// one-word actor's cell is a 184-byte allocation (glibc's 192-byte
     /// chunk); a field more would move it to the next chunk size.
     #[test]
+    #[cfg(target_pointer_width = "64")]
     fn a_one_word_actor_s_cell_fits_its_allocation() {
         assert_eq!(std::mem::size_of::<ActorCell<OneWord>>(), 168);
         assert_eq!(std::mem::size_of::<CellCore>(), 80);

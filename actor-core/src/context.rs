@@ -151,12 +151,16 @@ impl<A: Actor> Context<A> {
         self.cell().core.parent.clone().map(AnyActorRef::from_local)
     }
 
-    /// The children that have not terminated yet.
+    /// The children that have not terminated yet, except unlisted ones
+    /// (see [`spawn_unlisted`](Self::spawn_unlisted)).
     pub fn children(&self) -> Vec<AnyActorRef> {
         self.cell().core.children()
     }
 
-    /// The child with this name, if it is alive.
+    /// The child with this name, if it is alive: a listed one, else an
+    /// unlisted one that the finder set with
+    /// [`find_unlisted_children_with`](Self::find_unlisted_children_with)
+    /// returns.
     pub fn child(&self, name: &str) -> Option<AnyActorRef> {
         self.cell().core.child(name)
     }
@@ -167,7 +171,7 @@ impl<A: Actor> Context<A> {
     }
 
     /// Spawns a child from `props`. Fails if the name is taken among this
-    /// actor's children or if this actor is stopping.
+    /// actor's listed children or if this actor is stopping.
     pub fn spawn_props<C: Actor>(&mut self, props: Props<C>) -> Result<ActorRef<C>, SpawnError> {
         let me = self.myself.to_any();
         ActorCell::spawn(&self.cell().core.system, Some(&me), props, false)
@@ -181,14 +185,17 @@ impl<A: Actor> Context<A> {
     /// - its name is not checked against its siblings' (two unlisted
     ///   children may share a name, e.g. a new incarnation while the old
     ///   one is terminating);
-    /// - [`child`](Self::child) and [`children`](Self::children) do not
-    ///   return it, and an actor path does not resolve to it;
+    /// - [`children`](Self::children) does not return it, and neither
+    ///   [`child`](Self::child) nor an actor path (a message or a watch
+    ///   from another node) finds it unless this actor sets a finder with
+    ///   [`find_unlisted_children_with`](Self::find_unlisted_children_with);
     /// - when this actor stops or restarts, the runtime does not stop it:
     ///   this actor must, in [`Actor::stopping`](crate::Actor::stopping)
     ///   (before a stop) and [`Actor::stopped`](crate::Actor::stopped)
     ///   (before a restart). The runtime still waits for every unlisted
     ///   child to terminate before this actor terminates or restarts, so
-    ///   one that is never stopped keeps this actor from terminating.
+    ///   one that is never stopped (say, because that hook panicked before
+    ///   it got to it) keeps this actor from terminating.
     ///
     /// It is otherwise a child: its path is under this actor, its
     /// escalated failures come here, and
@@ -196,6 +203,20 @@ impl<A: Actor> Context<A> {
     pub fn spawn_unlisted<C: Actor>(&mut self, props: Props<C>) -> Result<ActorRef<C>, SpawnError> {
         let me = self.myself.to_any();
         ActorCell::spawn(&self.cell().core.system, Some(&me), props, true)
+    }
+
+    /// Lets [`child`](Self::child) and actor paths find this actor's
+    /// unlisted children: `find` gets a name and returns the running
+    /// unlisted child of that name, if any (from the table this actor
+    /// keeps them in). It is called on the thread that looks the path up,
+    /// not in this actor, and is dropped when this actor stops.
+    pub fn find_unlisted_children_with(
+        &mut self,
+        find: impl Fn(&str) -> Option<AnyActorRef> + Send + Sync + 'static,
+    ) {
+        self.cell()
+            .core
+            .set_unlisted_finder(std::sync::Arc::new(find));
     }
 
     /// Stops this actor once the current handler returns. Messages still

@@ -369,6 +369,11 @@ struct SpawnUnlisted(&'static str);
 #[message(reply = (usize, bool))]
 struct Listing(&'static str);
 
+/// Lets paths find the kids (the last one spawned of a name).
+#[derive(Message)]
+#[message(reply = ())]
+struct SetFinder(std::sync::Arc<std::sync::Mutex<Vec<ActorRef<Node>>>>);
+
 impl Actor for Keeper {
     async fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.watch_children();
@@ -405,6 +410,18 @@ impl Keeper {
     async fn listing(&mut self, msg: Listing, ctx: &mut Context<Self>) -> (usize, bool) {
         (ctx.children().len(), ctx.child(msg.0).is_some())
     }
+    async fn set_finder(&mut self, msg: SetFinder, ctx: &mut Context<Self>) {
+        let kids = msg.0;
+        *kids.lock().unwrap() = self.kids.clone();
+        ctx.find_unlisted_children_with(move |name| {
+            kids.lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|k| k.name() == name && !k.is_terminated())
+                .map(|k| k.to_any())
+        });
+    }
     async fn terminated(&mut self, t: Terminated) {
         let _ = self.terminations.try_send(t);
     }
@@ -433,6 +450,14 @@ fn unlisted_children_are_counted_not_listed_and_their_parent_terminates_after_th
             first.path()
         );
         assert_eq!(keeper.ask(Listing("kid")).await.unwrap(), (0, false));
+        let path = first.path().to_string();
+        assert!(system.lookup_any(&path).is_none(), "no finder: not found");
+        // With a finder, `child` and paths find it (the finder picks the
+        // newer one); `children` still lists none.
+        let kids = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        keeper.ask(SetFinder(kids)).await.unwrap();
+        assert_eq!(keeper.ask(Listing("kid")).await.unwrap(), (0, true));
+        assert_eq!(system.lookup_any(&path), Some(second.to_any()));
         collect_until(&rx, "kid started").await;
         collect_until(&rx, "kid started").await;
         // Its termination is reported like a listed child's.

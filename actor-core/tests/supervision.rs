@@ -374,3 +374,54 @@ fn a_named_factory_serves_many_actors_and_restarts_each_from_its_name() {
         system.shutdown().await;
     });
 }
+
+/// Spawns a worker child at start; `StopThenCrash` stops itself and then
+/// panics in the same handler.
+struct Foreman {
+    events: async_channel::Sender<(&'static str, Instant)>,
+    child: async_channel::Sender<ActorRef<Worker>>,
+}
+
+#[derive(Message)]
+struct StopThenCrash;
+
+impl Actor for Foreman {
+    async fn started(&mut self, ctx: &mut Context<Self>) {
+        let child = ctx
+            .spawn_props(worker_props(self.events.clone()).with_name("worker"))
+            .unwrap();
+        let _ = self.child.try_send(child);
+    }
+}
+
+#[handlers]
+impl Foreman {
+    async fn stop_then_crash(&mut self, _msg: StopThenCrash, ctx: &mut Context<Self>) {
+        ctx.stop();
+        panic!("boom after stop (expected by the test)");
+    }
+}
+
+#[test]
+fn a_stop_requested_before_a_failure_stops_the_children_and_ends_the_actor() {
+    init_logging();
+    rt::block_on(async {
+        let system = ActorSystem::new("stop-then-crash").unwrap();
+        let (events, _events_rx) = async_channel::unbounded();
+        let (child_tx, child_rx) = async_channel::unbounded();
+        let foreman = system
+            .spawn_props(Props::from_factory(move || Foreman {
+                events: events.clone(),
+                child: child_tx.clone(),
+            }))
+            .unwrap();
+        let child = next(&child_rx).await;
+        foreman.tell(StopThenCrash).unwrap();
+        // The stop wins over the restart: the child is stopped and the
+        // actor terminates (it used to wait for its running child forever).
+        within("the foreman to terminate", foreman.wait_for_termination()).await;
+        assert!(child.is_terminated());
+        assert!(child_rx.is_empty(), "the foreman was not restarted");
+        system.shutdown().await;
+    });
+}

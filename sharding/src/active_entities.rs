@@ -73,8 +73,8 @@ impl<E: Entity> Borrow<str> for ActiveEntity<E> {
 struct Table<E: Entity> {
     /// Entities whose actor's given name is their id.
     named: HashSet<ActiveEntity<E>, foldhash::fast::RandomState>,
-    /// The others: an id that is no actor name, or an incarnation that
-    /// started while the previous one still held the name.
+    /// The others: an id that is no actor name (the actor's name is
+    /// generated).
     aliased: EntityMap<ActiveEntity<E>>,
 }
 
@@ -229,6 +229,20 @@ impl<E: Entity> ActiveEntities<E> {
         self.read()
             .get_key_value(id)
             .map(|(id, e)| (id.clone(), e.actor.clone()))
+    }
+
+    /// The active entity whose actor is named `name` (an actor path's
+    /// last element: the id, or a generated name).
+    pub(crate) fn by_actor_name(&self, name: &str) -> Option<ActorRef<E>> {
+        let table = self.read();
+        if let Some(e) = table.named.get(name) {
+            return Some(e.actor.clone());
+        }
+        table
+            .aliased
+            .values()
+            .find(|e| e.actor.name() == name)
+            .map(|e| e.actor.clone())
     }
 
     /// Whether the entity is active.

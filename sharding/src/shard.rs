@@ -181,6 +181,11 @@ impl<E: Entity> Actor for Shard<E> {
         // Entities are this shard's only children: one watch for all
         // (a watch per entity would cost each an allocation or three).
         ctx.watch_children();
+        // They are unlisted: the active table finds them by path (a reply
+        // or a watch from another node addressed to `ctx.myself()` of an
+        // entity).
+        let local = self.start.local.clone();
+        ctx.find_unlisted_children_with(move |name| local.by_actor_name(name).map(|a| a.to_any()));
         let passivation = self.start.settings.effective_passivation();
         if let (Some(timeout), Some(interval)) =
             (passivation.idle_timeout(), passivation.idle_interval())

@@ -308,3 +308,36 @@ fn an_entity_ref_travels_inside_a_message_and_works_on_the_other_node() {
         shutdown_all(nodes).await;
     });
 }
+
+#[test]
+fn an_entity_s_own_reference_reaches_it_from_another_node() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let nodes = start_nodes(2, &probe, sharding_settings());
+        all_up(&[&nodes[0], &nodes[1]], 2).await;
+        let r = nodes[0].counter("by-path");
+        assert_eq!(r.ask(Add(1)).await.unwrap(), 1);
+        // Entities are unlisted children of their shard: their shard's
+        // table resolves their paths, for a reply or a watch addressed to
+        // an entity's `ctx.myself()` from another node.
+        let path = r.ask(MyPath).await.unwrap();
+        let home = r.ask(WhereAreYou).await.unwrap();
+        let (host, other) = if home == nodes[0].address().to_string() {
+            (&nodes[0], &nodes[1])
+        } else {
+            (&nodes[1], &nodes[0])
+        };
+        assert!(
+            host.system.lookup_any(&path).is_some(),
+            "{path} on its node"
+        );
+        let remote: troupe_core::ActorRef<Counter> = other
+            .system
+            .resolve(&format!("{}{path}", host.address()))
+            .unwrap();
+        assert_eq!(remote.ask_timeout(Add(10), DEADLINE).await.unwrap(), 11);
+        assert_eq!(r.ask(Add(0)).await.unwrap(), 11);
+        shutdown_all(nodes).await;
+    });
+}

@@ -5,7 +5,8 @@
 //! admission window to the main area, keeps its slot and map entry).
 
 use crate::extractor::EntityId;
-use crate::shard::EntityMap;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
 use std::ops::{Index, IndexMut};
 
 /// No slot: the end of a list, or of the free list.
@@ -20,11 +21,15 @@ pub(super) enum Area {
     Main,
 }
 
-/// One tracked entity (40 bytes).
+/// One tracked entity (48 bytes).
 #[derive(Debug)]
 pub(super) struct Node {
     /// `None` while the slot is free.
     id: Option<EntityId>,
+    /// The hash of its id, so that releasing it finds its index entry
+    /// without reading the id (an eviction would miss the cache twice
+    /// more: the id's bytes, then a comparison with them).
+    hash: u64,
     /// The previous node of the list it is in (less recent).
     pub(super) prev: u32,
     /// The next node of the list it is in (more recent); for a free slot,
@@ -40,12 +45,23 @@ pub(super) struct Node {
 }
 
 /// The arena of tracked entities and their index by id.
-#[derive(Debug)]
 pub(super) struct Nodes {
     slots: Vec<Node>,
     /// The first free slot, linked through `next`.
     free: u32,
-    index: EntityMap<u32>,
+    /// The slots of the tracked entities, by the hash of their ids (4
+    /// bytes an entry: the id is in the slot).
+    index: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl std::fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nodes")
+            .field("tracked", &self.index.len())
+            .field("slots", &self.slots.len())
+            .finish()
+    }
 }
 
 impl Nodes {
@@ -53,7 +69,8 @@ impl Nodes {
         Nodes {
             slots: Vec::new(),
             free: NIL,
-            index: EntityMap::default(),
+            index: HashTable::new(),
+            hasher: Default::default(),
         }
     }
 
@@ -64,15 +81,22 @@ impl Nodes {
 
     /// The slot of a tracked entity.
     pub(super) fn find(&self, id: &str) -> Option<u32> {
-        self.index.get(id).copied()
+        let slots = &self.slots;
+        self.index
+            .find(self.hasher.hash_one(id), |&j| {
+                slots[j as usize].id.as_deref() == Some(id)
+            })
+            .copied()
     }
 
     /// Tracks a new entity (not tracked yet) in `area`, linked into no
     /// list; returns its slot.
     pub(super) fn add(&mut self, id: &EntityId, area: Area) -> u32 {
-        debug_assert!(!self.index.contains_key(id), "{id} is already tracked");
+        debug_assert!(self.find(id).is_none(), "{id} is already tracked");
+        let hash = self.hasher.hash_one(&**id);
         let node = Node {
             id: Some(id.clone()),
+            hash,
             prev: NIL,
             next: NIL,
             slot: 0,
@@ -92,7 +116,9 @@ impl Nodes {
             self.slots.push(node);
             i
         };
-        self.index.insert(id.clone(), i);
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, i, |&j| slots[j as usize].hash);
         i
     }
 
@@ -103,7 +129,9 @@ impl Nodes {
         node.prev = NIL;
         node.next = self.free;
         self.free = i;
-        self.index.remove(&id);
+        if let Ok(entry) = self.index.find_entry(node.hash, |&j| j == i) {
+            entry.remove();
+        }
         id
     }
 
@@ -149,6 +177,6 @@ mod tests {
         assert_eq!(c, a, "the freed slot is reused");
         assert_eq!(&**nodes.id(c), "c");
         assert_eq!(nodes.add(&EntityId::from("d"), Area::Window), 2);
-        assert_eq!(std::mem::size_of::<Node>(), 40);
+        assert_eq!(std::mem::size_of::<Node>(), 48);
     }
 }

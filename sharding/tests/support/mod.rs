@@ -154,6 +154,11 @@ pub struct Seq(pub u64);
 #[message(reply = String, name = "test.WhereAreYou")]
 pub struct WhereAreYou;
 
+/// The path of the entity's actor (its `ctx.myself()`).
+#[derive(Debug, Clone, Message, Serialize, Deserialize)]
+#[message(reply = String, name = "test.MyPath")]
+pub struct MyPath;
+
 /// A message the counter ignores (a hand-off stop message that does not
 /// stop it).
 #[derive(Debug, Clone, Message, Serialize, Deserialize)]
@@ -199,6 +204,10 @@ impl Counter {
     }
 
     async fn ignored(&mut self, _m: Ignored) {}
+
+    async fn my_path(&mut self, _m: MyPath, ctx: &mut Context<Self>) -> String {
+        ctx.myself().path().to_string()
+    }
 
     async fn linger(&mut self, m: Linger, ctx: &mut Context<Self>) {
         rt::sleep(Duration::from_millis(m.0)).await;
