@@ -174,6 +174,8 @@ pub(crate) struct Shard<E: Entity> {
     remember: Option<Remember<E>>,
     /// Messages held for the next home during a hand-off.
     leftovers: Vec<Delivery<E>>,
+    /// The replacement policy's victims (a buffer kept between entities).
+    victims: Vec<EntityId>,
 }
 
 impl<E: Entity> Actor for Shard<E> {
@@ -236,6 +238,7 @@ impl<E: Entity> Shard<E> {
             idle_epochs: None,
             remember,
             leftovers: Vec::new(),
+            victims: Vec::new(),
         }
     }
 
@@ -321,6 +324,18 @@ impl<E: Entity> Shard<E> {
             self.start.shard
         );
         (self.start.factory.stop)(&actor);
+        if actor.is_terminated() && self.remember.is_none() {
+            // It stopped within the call (an idle entity, stopped in
+            // place): nothing can have waited for it, so it is done with
+            // here, and its `Terminated` will find nothing left to do.
+            if !self.unnamed.is_empty() {
+                self.unnamed.remove(&actor.uid());
+            }
+            if let Some(limit) = &mut self.limit {
+                limit.entity_terminated(id);
+            }
+            return;
+        }
         self.entities
             .insert(id.clone(), EntityState::Passivating(actor, VecDeque::new()));
     }
@@ -351,8 +366,13 @@ impl<E: Entity> Shard<E> {
         }
         self.drain_touches();
         if let Some(limit) = &mut self.limit {
-            let victims = limit.entity_created(id);
-            self.passivate_all(victims);
+            let mut victims = std::mem::take(&mut self.victims);
+            limit.entity_created(id, &mut victims);
+            for victim in victims.drain(..) {
+                self.passivate(&victim);
+            }
+            // Kept for the next one: no allocation per new entity.
+            self.victims = victims;
         }
     }
 

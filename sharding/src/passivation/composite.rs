@@ -147,11 +147,11 @@ impl CompositeEntityPassivationStrategy {
         self.out.extend(overflow);
     }
 
-    /// Releases the slots to passivate, with the pending ones.
-    fn passivate(&mut self) -> Vec<EntityId> {
-        let mut ids = std::mem::take(&mut self.pending);
+    /// Releases the slots to passivate into `ids`, with the pending
+    /// ones (the buffers keep their capacity: no allocation per entity).
+    fn passivate_into(&mut self, ids: &mut Vec<EntityId>) {
+        ids.append(&mut self.pending);
         ids.extend(self.out.drain(..).map(|i| self.nodes.release(i)));
-        ids
     }
 
     /// An access to the tracked entity in slot `i`.
@@ -182,13 +182,15 @@ impl EntityLimit for CompositeEntityPassivationStrategy {
             self.main
                 .update_limit(&mut self.nodes, self.main_limit, &mut self.out);
         }
-        self.passivate()
+        let mut ids = Vec::new();
+        self.passivate_into(&mut ids);
+        ids
     }
 
-    fn entity_created(&mut self, id: &EntityId) -> Vec<EntityId> {
+    fn entity_created(&mut self, id: &EntityId, victims: &mut Vec<EntityId>) {
         if let Some(i) = self.nodes.find(id) {
             self.touch(i);
-            return self.passivate();
+            return self.passivate_into(victims);
         }
         self.filter.update(id);
         self.optimizer.record_passive();
@@ -199,14 +201,15 @@ impl EntityLimit for CompositeEntityPassivationStrategy {
         }
         self.admit_candidates();
         self.adapt_window();
-        self.passivate()
+        self.passivate_into(victims)
     }
 
     fn entity_touched(&mut self, id: &EntityId) {
         if let Some(i) = self.nodes.find(id) {
             self.touch(i);
-            let ids = self.passivate();
-            self.pending = ids;
+            // (Nothing to return to: passivated with the next creation.)
+            self.pending
+                .extend(self.out.drain(..).map(|i| self.nodes.release(i)));
         }
     }
 

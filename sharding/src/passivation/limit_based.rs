@@ -34,11 +34,11 @@ impl LimitBasedEntityPassivationStrategy {
         }
     }
 
-    /// Releases the slots taken out, with the pending ones.
-    fn passivate(&mut self) -> Vec<EntityId> {
-        let mut ids = std::mem::take(&mut self.pending);
+    /// Releases the slots to passivate into `ids`, with the pending
+    /// ones (the buffers keep their capacity: no allocation per entity).
+    fn passivate_into(&mut self, ids: &mut Vec<EntityId>) {
+        ids.append(&mut self.pending);
         ids.extend(self.out.drain(..).map(|i| self.nodes.release(i)));
-        ids
     }
 }
 
@@ -50,10 +50,12 @@ impl EntityLimit for LimitBasedEntityPassivationStrategy {
             self.active
                 .update_limit(&mut self.nodes, limit, &mut self.out);
         }
-        self.passivate()
+        let mut ids = Vec::new();
+        self.passivate_into(&mut ids);
+        ids
     }
 
-    fn entity_created(&mut self, id: &EntityId) -> Vec<EntityId> {
+    fn entity_created(&mut self, id: &EntityId, victims: &mut Vec<EntityId>) {
         match self.nodes.find(id) {
             Some(i) => self.active.touch(&mut self.nodes, i, &mut self.out),
             None => {
@@ -61,7 +63,7 @@ impl EntityLimit for LimitBasedEntityPassivationStrategy {
                 self.active.add(&mut self.nodes, i, &mut self.out);
             }
         }
-        self.passivate()
+        self.passivate_into(victims)
     }
 
     fn entity_touched(&mut self, id: &EntityId) {
@@ -72,8 +74,9 @@ impl EntityLimit for LimitBasedEntityPassivationStrategy {
                 "an access passivated {}",
                 self.out.len()
             );
-            let ids = self.passivate();
-            self.pending = ids;
+            // (Nothing to return to: passivated with the next creation.)
+            self.pending
+                .extend(self.out.drain(..).map(|i| self.nodes.release(i)));
         }
     }
 

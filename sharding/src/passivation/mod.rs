@@ -74,10 +74,10 @@ pub(crate) trait EntityLimit: Send + 'static {
     /// passivate now.
     fn set_limit(&mut self, limit: usize) -> Vec<EntityId>;
     /// A new entity became active (its first message counts as its first
-    /// access: no `entity_touched` for it); returns entities to passivate
-    /// (with an admission filter, possibly the new one itself, as in
-    /// Pekko).
-    fn entity_created(&mut self, id: &EntityId) -> Vec<EntityId>;
+    /// access: no `entity_touched` for it); adds the entities to passivate
+    /// to `victims` (with an admission filter, possibly the new one
+    /// itself, as in Pekko).
+    fn entity_created(&mut self, id: &EntityId, victims: &mut Vec<EntityId>);
     /// An active entity received a message.
     fn entity_touched(&mut self, id: &EntityId);
     /// An entity stopped (passivated or by itself); forget it.
