@@ -185,27 +185,24 @@ impl CellCore {
         }
     }
 
-    fn register_child(&self, child: Arc<dyn AnyCell>) -> Result<(), SpawnError> {
+    /// Registers a new child: a listed one (`Some`: found by name, which
+    /// must be unique among the listed) or an unlisted one (`None`: only
+    /// counted).
+    fn register_child(&self, child: Option<Arc<dyn AnyCell>>) -> Result<(), SpawnError> {
         let mut c = lock(&self.children);
         if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED != 0 {
             return Err(SpawnError::ParentStopped);
         }
         let map = c.map.get_or_insert_with(Default::default);
+        let Some(child) = child else {
+            map.unlisted += 1;
+            return Ok(());
+        };
         let name = &child.core().name;
         if map.by_name.contains(name as &dyn AsNameKey) {
             return Err(SpawnError::NameTaken(name.to_string()));
         }
         map.by_name.insert(Child(child));
-        Ok(())
-    }
-
-    /// Counts an unlisted child.
-    fn register_unlisted_child(&self) -> Result<(), SpawnError> {
-        let mut c = lock(&self.children);
-        if self.status.load(Ordering::Relaxed) & CHILDREN_CLOSED != 0 {
-            return Err(SpawnError::ParentStopped);
-        }
-        c.map.get_or_insert_with(Default::default).unlisted += 1;
         Ok(())
     }
 
@@ -850,12 +847,8 @@ impl<A: Actor> ActorCell<A> {
         });
         let me = ActorRef::from_cell(cell.clone());
         if let Some(p) = parent {
-            let registered = if unlisted {
-                p.core().register_unlisted_child()
-            } else {
-                p.core().register_child(cell.clone())
-            };
-            if let Err(e) = registered {
+            let listed = (!unlisted).then(|| cell.clone() as Arc<dyn AnyCell>);
+            if let Err(e) = p.core().register_child(listed) {
                 // Never scheduled and never registered: mark it terminated so
                 // the cycle through its context is not created.
                 cell.core.status.store(TERMINATED, Ordering::Release);

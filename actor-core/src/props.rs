@@ -78,12 +78,15 @@ pub(crate) struct Supervision<A> {
 /// # let _ = (a, b);
 /// ```
 pub struct NamedFactory<A> {
+    make: MakeNamed<A>,
+    /// `make` with the default strategy, as the actors keep it.
     shared: Arc<Supervision<A>>,
 }
 
 impl<A> Clone for NamedFactory<A> {
     fn clone(&self) -> Self {
         NamedFactory {
+            make: self.make.clone(),
             shared: self.shared.clone(),
         }
     }
@@ -98,25 +101,19 @@ impl<A> std::fmt::Debug for NamedFactory<A> {
 impl<A: 'static> NamedFactory<A> {
     /// A factory that makes an instance from the actor's name.
     pub fn new(make: impl Fn(&Arc<str>) -> A + Send + Sync + 'static) -> Self {
+        let make: MakeNamed<A> = Arc::new(make);
         NamedFactory {
             shared: Arc::new(Supervision {
-                factory: Some(Factory::Named(Arc::new(make))),
+                factory: Some(Factory::Named(make.clone())),
                 strategy: None,
             }),
+            make,
         }
     }
 
     /// Calls the factory, as a spawn named `name` would.
     pub fn make(&self, name: &Arc<str>) -> A {
-        self.function()(name)
-    }
-
-    fn function(&self) -> &MakeNamed<A> {
-        match &self.shared.factory {
-            Some(Factory::Named(f)) => f,
-            // `new` is the only constructor.
-            _ => unreachable!("a NamedFactory holds a named factory"),
-        }
+        (self.make)(name)
     }
 
     /// What an actor spawned from this factory keeps: the shared block
@@ -128,7 +125,7 @@ impl<A: 'static> NamedFactory<A> {
         match strategy {
             None => self.shared.clone(),
             Some(s) => Arc::new(Supervision {
-                factory: Some(Factory::Named(self.function().clone())),
+                factory: Some(Factory::Named(self.make.clone())),
                 strategy: Some(s),
             }),
         }

@@ -105,7 +105,9 @@ impl<E: Entity> Table<E> {
 
     fn insert(&mut self, id: EntityId, entity: ActiveEntity<E>) {
         if entity.actor.given_name().is_some_and(|n| **n == *id) {
-            self.aliased.remove(&*id);
+            if !self.aliased.is_empty() {
+                self.aliased.remove(&*id);
+            }
             self.named.replace(entity);
         } else {
             self.named.remove(&*id);

@@ -203,12 +203,9 @@ impl<E: Entity> Actor for Shard<E> {
     async fn stopping(&mut self, _ctx: &mut Context<Self>) {
         // Its entities are unlisted children (see `spawn_entity`): the
         // runtime waits for them to terminate but leaves their stop to
-        // the shard. (After a hand-off there are none left.)
-        self.stop_every_entity();
-    }
-
-    async fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        // Before a restart the runtime runs this, not `stopping`.
+        // the shard. (After a hand-off there are none left. A shard is
+        // spawned from a value, so it never restarts: `stopped` has
+        // nothing to stop.)
         self.stop_every_entity();
     }
 }
@@ -279,10 +276,28 @@ impl<E: Entity> Shard<E> {
         for (_, actor) in self.start.local.drain() {
             actor.stop();
         }
+        self.stop_passivating();
+    }
+
+    /// Stops the entities whose stop message was sent and that have not
+    /// terminated yet.
+    fn stop_passivating(&self) {
         for state in self.entities.values() {
             if let EntityState::Passivating(actor, _) = state {
                 actor.stop();
             }
+        }
+    }
+
+    /// Forgets what the shard knows of an incarnation that ended (or is
+    /// done with): its uid if it was unnamed, and its place in the
+    /// replacement policy.
+    fn forget_incarnation(&mut self, id: &EntityId, uid: u64) {
+        if !self.unnamed.is_empty() {
+            self.unnamed.remove(&uid);
+        }
+        if let Some(limit) = &mut self.limit {
+            limit.entity_terminated(id);
         }
     }
 
@@ -328,12 +343,7 @@ impl<E: Entity> Shard<E> {
             // It stopped within the call (an idle entity, stopped in
             // place): nothing can have waited for it, so it is done with
             // here, and its `Terminated` will find nothing left to do.
-            if !self.unnamed.is_empty() {
-                self.unnamed.remove(&actor.uid());
-            }
-            if let Some(limit) = &mut self.limit {
-                limit.entity_terminated(id);
-            }
+            self.forget_incarnation(id, actor.uid());
             return;
         }
         self.entities
@@ -548,10 +558,7 @@ impl<E: Entity> Shard<E> {
         let Some((id, liveness)) = self.entity_of(&msg.actor) else {
             return;
         };
-        self.unnamed.remove(&msg.actor.uid());
-        if let Some(limit) = &mut self.limit {
-            limit.entity_terminated(&id);
-        }
+        self.forget_incarnation(&id, msg.actor.uid());
         if liveness == Liveness::Active {
             self.start.local.remove(&id);
             // Stopped by itself without passivating: remembered entities
@@ -657,11 +664,7 @@ impl<E: Entity> Shard<E> {
             E::TYPE_NAME,
             self.start.settings.handoff_timeout
         );
-        for state in self.entities.values() {
-            if let EntityState::Passivating(a, _) = state {
-                a.stop();
-            }
-        }
+        self.stop_passivating();
     }
 
     async fn on_passivate(&mut self, msg: Passivate) {
