@@ -504,6 +504,14 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
+    /// The remote actor's target, if it is remote.
+    pub(crate) fn remote_target(&self) -> Option<&Arc<RemoteTarget>> {
+        match &self.target {
+            Target::Local(_) => None,
+            Target::Remote(r) => Some(r),
+        }
+    }
+
     pub(crate) fn from_cell(cell: Arc<ActorCell<A>>) -> Self {
         ActorRef {
             target: Target::Local(cell),

@@ -337,6 +337,9 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     /// `cx` (see `queue_start`), moving it to a task of its own if it has
     /// to wait.
     fn start_inline(self: Arc<Self>, cx: &mut TaskContext<'_>);
+    /// Spawns the activation claimed for this actor (see
+    /// `deferred_activations`).
+    fn spawn_activation(self: Arc<Self>);
 }
 
 /// New actors whose first activation (which runs `started`) has not run
@@ -774,6 +777,10 @@ impl<A: Actor> AnyCell for ActorCell<A> {
             rt::spawn_detached(activation);
         }
     }
+
+    fn spawn_activation(self: Arc<Self>) {
+        rt::spawn_detached(Activation::new(self));
+    }
 }
 
 impl<A: Actor> ActorCell<A> {
@@ -961,7 +968,10 @@ impl<A: Actor> ActorCell<A> {
     /// (and not asked to stop) or it has terminated.
     pub(crate) fn schedule(self: &Arc<Self>) {
         if self.try_claim() {
-            rt::spawn_detached(Activation::new(self.clone()));
+            // Held back while this thread hands on a batch of letters.
+            if let Err(cell) = crate::deferred_activations::defer(self.clone()) {
+                cell.spawn_activation();
+            }
         }
     }
 

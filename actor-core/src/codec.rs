@@ -9,11 +9,20 @@
 //! manifest and bytes; [`ActorSystem::deliver_encoded`] decodes bytes by
 //! manifest and queues the message for a local actor, with a reply channel
 //! for the encoded reply; [`ActorSystem::decode_reply`] decodes that reply.
+//!
+//! An extension with an envelope of its own can also keep its messages
+//! encoded end to end: [`ActorSystem::send_encoded`] writes the bytes
+//! straight into the frame for a remote actor, and
+//! [`ActorSystem::register_receiver`] hands them, still encoded, to a
+//! function that runs on the receiving connection's reader, in place of
+//! the recipient's mailbox (sharding routes an entity's message from there
+//! to the entity, without a hop through its region actor).
 
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::message::Message;
-use crate::remote::registry::DispatchError;
+use crate::remote::registry::{DispatchError, Inbound, ReceiveFn, TypedDispatchFn};
+use crate::remote::remote_ref::SendError;
 use crate::remote::reply::ReplySink;
 use crate::remote::serde_context;
 use crate::replier::Replier;
@@ -21,6 +30,7 @@ use crate::system::ActorSystem;
 use serde::{Deserialize, Serialize};
 use std::any::TypeId;
 use std::fmt;
+use std::sync::Arc;
 
 /// A message as bytes, with the manifest that names its type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +133,109 @@ impl fmt::Display for DeliverError {
 
 impl std::error::Error for DeliverError {}
 
+/// A message as it arrived from the network, for a receiver registered
+/// with [`ActorSystem::register_receiver`].
+#[derive(Debug)]
+pub struct InboundMessage<'a> {
+    /// The recipient (an actor of the type the receiver was registered
+    /// for).
+    pub to: &'a AnyActorRef,
+    /// The message's bytes, in its manifest's wire form.
+    pub bytes: &'a [u8],
+    /// For an ask: where the reply goes, already encoded (in the wire form
+    /// the asker decodes). Dropped unanswered, it fails the ask.
+    pub reply: Option<Replier<EncodedReply>>,
+    /// The sender, if it gave one.
+    pub sender: Option<AnyActorRef>,
+}
+
+/// How messages of one manifest reach actors of one type still encoded
+/// ([`ActorSystem::encoded_delivery`]): what
+/// [`deliver_encoded`](ActorSystem::deliver_encoded) looks up on every call.
+pub struct EncodedDelivery<A: Actor> {
+    system: ActorSystem,
+    how: How<A>,
+}
+
+/// Decoded and queued, or given to a receiver.
+enum How<A: Actor> {
+    Decode(TypedDispatchFn<A>),
+    Receive(ReceiveFn),
+}
+
+impl<A: Actor> Clone for EncodedDelivery<A> {
+    fn clone(&self) -> Self {
+        EncodedDelivery {
+            system: self.system.clone(),
+            how: match &self.how {
+                How::Decode(d) => How::Decode(*d),
+                How::Receive(r) => How::Receive(r.clone()),
+            },
+        }
+    }
+}
+
+impl<A: Actor> fmt::Debug for EncodedDelivery<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EncodedDelivery<{}>", std::any::type_name::<A>())
+    }
+}
+
+impl<A: Actor> EncodedDelivery<A> {
+    /// Decodes `bytes` and queues the message for `to` with `sender`, or
+    /// hands them to the receiver registered for `A`, as
+    /// [`ActorSystem::deliver_encoded`] does.
+    pub fn deliver(
+        &self,
+        to: &ActorRef<A>,
+        bytes: &[u8],
+        reply: Option<Replier<EncodedReply>>,
+        sender: Option<AnyActorRef>,
+    ) -> Result<(), DeliverError> {
+        serde_context::with_system(self.system.shared(), || match &self.how {
+            How::Decode(dispatch) => {
+                let sink = reply.map(|r| ReplySink::Encoded(Box::new(r)));
+                dispatch(to, bytes, sink, sender).map_err(|e| match e {
+                    DispatchError::Undecodable(why) => DeliverError::Undecodable(why),
+                    DispatchError::Stopped => DeliverError::Stopped,
+                    DispatchError::MailboxFull => DeliverError::MailboxFull,
+                })
+            }
+            How::Receive(receive) => receive(InboundMessage {
+                to: &to.to_any(),
+                bytes,
+                reply,
+                sender,
+            }),
+        })
+    }
+}
+
+/// Why [`ActorSystem::send_encoded`] could not send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendEncodedError {
+    /// The queue to the recipient's node is full (the sender may retry
+    /// later).
+    Full,
+    /// It cannot be sent: `write` failed, the frame is larger than
+    /// `max_frame_size`, or the actor system is shut down.
+    NotSendable(String),
+    /// A local recipient refused it.
+    Refused(DeliverError),
+}
+
+impl fmt::Display for SendEncodedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendEncodedError::Full => f.write_str("the queue to the recipient's node is full"),
+            SendEncodedError::NotSendable(why) => write!(f, "not sendable: {why}"),
+            SendEncodedError::Refused(e) => write!(f, "refused: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SendEncodedError {}
+
 impl ActorSystem {
     /// Encodes `msg`, whose type must be registered on this node.
     ///
@@ -173,6 +286,23 @@ impl ActorSystem {
         })
     }
 
+    /// Encodes `msg` (whose type must be registered on this node) at the
+    /// end of `buf`, and gives its manifest: for an envelope that carries
+    /// the message inside its own bytes without a copy.
+    pub fn encode_message_into<M: Message>(
+        &self,
+        msg: &M,
+        buf: &mut Vec<u8>,
+    ) -> Result<&'static str, CodecError> {
+        let codec = self
+            .shared()
+            .registry
+            .codec_of::<M>()
+            .ok_or(CodecError::NotRegistered(std::any::type_name::<M>()))?;
+        (codec.encode)(msg, buf).map_err(CodecError::Encode)?;
+        Ok(codec.manifest)
+    }
+
     /// Decodes the encoded reply to a message of type `M` (registered on
     /// this node). Actor references inside it are rebuilt for this system.
     pub fn decode_reply<M: Message>(&self, bytes: &[u8]) -> Result<M::Reply, CodecError> {
@@ -200,28 +330,130 @@ impl ActorSystem {
         reply: Option<Replier<EncodedReply>>,
         sender: Option<AnyActorRef>,
     ) -> Result<(), DeliverError> {
-        let dispatch = match self
-            .shared()
-            .registry
-            .dispatcher(manifest, TypeId::of::<A>())
-        {
+        let delivery = match self.encoded_delivery::<A>(manifest) {
             Ok(d) => d,
-            Err(_) => {
-                let err = DeliverError::UnknownManifest(manifest.to_string());
+            Err(err) => {
                 if let Some(r) = reply {
                     r.fail(crate::AskError::NotSendable(err.to_string()));
                 }
                 return Err(err);
             }
         };
-        let target = to.to_any();
-        let sink = reply.map(|r| ReplySink::Encoded(Box::new(r)));
-        serde_context::with_system(self.shared(), || dispatch(&target, bytes, sink, sender))
-            .map_err(|e| match e {
-                DispatchError::Undecodable(why) => DeliverError::Undecodable(why),
-                DispatchError::Stopped => DeliverError::Stopped,
-                DispatchError::MailboxFull => DeliverError::MailboxFull,
-            })
+        delivery.deliver(to, bytes, reply, sender)
+    }
+
+    /// How messages of `manifest` reach actors of type `A` still encoded,
+    /// looked up once: for code that delivers many (a router of encoded
+    /// messages keeps one per manifest). Fails with
+    /// [`DeliverError::UnknownManifest`] if no message type with that
+    /// manifest is registered for `A`.
+    pub fn encoded_delivery<A: Actor>(
+        &self,
+        manifest: &str,
+    ) -> Result<EncodedDelivery<A>, DeliverError> {
+        let inbound = self
+            .shared()
+            .registry
+            .dispatcher(manifest, TypeId::of::<A>())
+            .map_err(|_| DeliverError::UnknownManifest(manifest.to_string()))?;
+        let how = match inbound {
+            Inbound::Decode(_, typed) => match typed.downcast_ref::<TypedDispatchFn<A>>() {
+                Some(d) => How::Decode(*d),
+                None => unreachable!("the typed dispatch is registered under its actor type"),
+            },
+            Inbound::Receive(r) => How::Receive(r),
+        };
+        Ok(EncodedDelivery {
+            system: self.clone(),
+            how,
+        })
+    }
+
+    /// Has `receive` take every message of `manifest` that arrives from
+    /// the network for an actor of type `A` (`InboundMessage::to`), still
+    /// encoded, in place of `A`'s mailbox. It runs on the connection's reader (keep it short and
+    /// never block): it may deliver the bytes wherever they belong (with
+    /// [`deliver_encoded`](Self::deliver_encoded), say) or queue them for
+    /// the actor as a message of its own. Its error is logged (rate-limited)
+    /// as bad input from that node.
+    ///
+    /// `manifest` may be one of its own, with no Rust type behind it (its
+    /// bytes are sent with [`send_encoded`](Self::send_encoded)), or that
+    /// of a registered message type. [`deliver_encoded`](Self::deliver_encoded)
+    /// to an `A` goes through `receive` too. Registering again replaces the
+    /// receiver.
+    ///
+    /// ```
+    /// use troupe_core::prelude::*;
+    /// use troupe_core::{EncodedReply, InboundMessage, Replier};
+    /// use std::time::Duration;
+    ///
+    /// struct Echo;
+    /// impl Actor for Echo {}
+    ///
+    /// troupe_core::rt::block_on(async {
+    ///     let system = ActorSystem::new("doc").unwrap();
+    ///     // Answers every `doc.raw` ask with its own bytes, on the reader.
+    ///     system.register_receiver::<Echo>("doc.raw", |m: InboundMessage<'_>| {
+    ///         if let Some(r) = m.reply {
+    ///             r.send(EncodedReply(m.bytes.to_vec()));
+    ///         }
+    ///         Ok(())
+    ///     });
+    ///     let echo = system.spawn(Echo);
+    ///     let (replier, reply) = Replier::channel(Duration::from_secs(5));
+    ///     system
+    ///         .send_encoded(&echo, "doc.raw", |buf| Ok(buf.extend_from_slice(b"hi")), Some(replier))
+    ///         .unwrap();
+    ///     assert_eq!(reply.await.unwrap().0, b"hi");
+    ///     system.shutdown().await;
+    /// });
+    /// ```
+    pub fn register_receiver<A: Actor>(
+        &self,
+        manifest: &'static str,
+        receive: impl Fn(InboundMessage<'_>) -> Result<(), DeliverError> + Send + Sync + 'static,
+    ) -> &Self {
+        self.shared()
+            .registry
+            .register_receiver::<A>(manifest, Arc::new(receive));
+        self
+    }
+
+    /// Sends `to` a message of `manifest` whose bytes `write` puts in place
+    /// (already in that manifest's wire form, which the recipient's node
+    /// must know for `to`'s actor type): for a remote actor straight into
+    /// the frame, on the ordinary connection; for a local one, delivered
+    /// as [`deliver_encoded`](Self::deliver_encoded) would. The reply of an
+    /// ask reaches `reply` still encoded.
+    ///
+    /// On failure the error says why, and `reply` (if any) is failed with
+    /// the reason.
+    pub fn send_encoded<A: Actor>(
+        &self,
+        to: &ActorRef<A>,
+        manifest: &'static str,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+        reply: Option<Replier<EncodedReply>>,
+    ) -> Result<(), SendEncodedError> {
+        if let Some(remote) = to.remote_target() {
+            return remote
+                .send_encoded(manifest, write, reply)
+                .map_err(|e| match e {
+                    SendError::Full => SendEncodedError::Full,
+                    SendError::NotSendable(why) => SendEncodedError::NotSendable(why),
+                });
+        }
+        let mut bytes = Vec::new();
+        if let Err(why) = write(&mut bytes) {
+            let why = format!("`{manifest}` did not encode: {why}");
+            if let Some(r) = reply {
+                r.fail(crate::AskError::NotSendable(why.clone()));
+            }
+            return Err(SendEncodedError::NotSendable(why));
+        }
+        self.deliver_encoded(to, manifest, &bytes, reply, None)
+            .map_err(SendEncodedError::Refused)
     }
 
     /// True if message type `M` is registered on this node.

@@ -51,6 +51,7 @@ mod cell;
 mod codec;
 mod context;
 mod dead_letters;
+mod deferred_activations;
 mod error;
 mod heap_future;
 mod letter;
@@ -70,7 +71,10 @@ mod watch;
 
 pub use actor::{Actor, Handler};
 pub use actor_ref::{ActorRef, AnyActorRef, Ask, ForwardError};
-pub use codec::{CodecError, DeliverError, EncodedMessage, EncodedReply, RegisterError};
+pub use codec::{
+    CodecError, DeliverError, EncodedDelivery, EncodedMessage, EncodedReply, InboundMessage,
+    RegisterError, SendEncodedError,
+};
 pub use context::Context;
 pub use dead_letters::DeadLetter;
 pub use error::{AskError, SpawnError, SystemError, TellError};

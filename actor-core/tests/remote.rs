@@ -776,3 +776,164 @@ fn encoded_messages_are_delivered_by_manifest_and_bad_bytes_are_refused() {
         system.shutdown().await;
     });
 }
+
+/// Registers on `system` a receiver for `test.Raw` to counters: the bytes
+/// are an `Add`, handed on to the counter's mailbox; counts its calls.
+fn raw_receiver(system: &ActorSystem) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let add = system.encoded_delivery::<Counter>(Add::manifest()).unwrap();
+    system.register_receiver::<Counter>("test.Raw", move |m: troupe_core::InboundMessage<'_>| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        let to = m.to.downcast::<Counter>().expect("a counter");
+        add.deliver(&to, m.bytes, m.reply, m.sender)
+    });
+    calls
+}
+
+#[test]
+fn a_receiver_gets_encoded_bytes_on_the_reader_and_send_encoded_writes_them_in_place() {
+    use std::sync::atomic::Ordering;
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        let calls = raw_receiver(&b);
+        raw_receiver(&a);
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let add = |n: u64| {
+            let a = a.clone();
+            move |buf: &mut Vec<u8>| {
+                a.encode_message_into(&Add(n), buf)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        };
+
+        // An ask: the reply comes back as the handler encoded it.
+        let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
+        a.send_encoded(&counter, "test.Raw", add(5), Some(replier))
+            .unwrap();
+        let bytes = within("encoded ask", reply).await.unwrap();
+        assert_eq!(a.decode_reply::<Add>(&bytes.0).unwrap(), 5);
+        // A tell, then a plain ask behind it on the same link.
+        a.send_encoded(&counter, "test.Raw", add(7), None).unwrap();
+        assert_eq!(within("ask", counter.ask(Add(0))).await.unwrap(), 12);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+        // To a local actor it goes through the receiver as well.
+        let local = b.spawn(Counter::default());
+        b.send_encoded(
+            &local,
+            "test.Raw",
+            |buf| {
+                b.encode_message_into(&Add(3), buf)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
+            None,
+        )
+        .unwrap();
+        assert_eq!(within("local ask", local.ask(Add(0))).await.unwrap(), 3);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+        // Bytes that `write` could not produce: refused, and the asker told.
+        let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
+        let e = a
+            .send_encoded(
+                &counter,
+                "test.Raw",
+                |_| Err("no bytes".into()),
+                Some(replier),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&e, troupe_core::SendEncodedError::NotSendable(why) if why.contains("no bytes")),
+            "{e:?}"
+        );
+        assert!(reply.await.is_err());
+        // A manifest nobody receives, locally: refused by name.
+        let e = b
+            .send_encoded(&local, "no.such.Raw", |_| Ok(()), None)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                troupe_core::SendEncodedError::Refused(troupe_core::DeliverError::UnknownManifest(
+                    _
+                ))
+            ),
+            "{e:?}"
+        );
+        // Garbage through the receiver, remotely: the ask fails promptly and
+        // the link still works.
+        let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
+        a.send_encoded(
+            &counter,
+            "test.Raw",
+            |buf| {
+                buf.extend_from_slice(b"\xc1garbage");
+                Ok(())
+            },
+            Some(replier),
+        )
+        .unwrap();
+        assert!(within("failed ask", reply).await.is_err());
+        assert_eq!(within("ask", counter.ask(Add(1))).await.unwrap(), 13);
+
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+#[test]
+fn interleaved_remote_tells_to_several_actors_keep_each_actor_s_order() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        let names = ["c0", "c1", "c2"];
+        for n in names {
+            b.spawn_named(n, Counter::default()).unwrap();
+        }
+        let counters: Vec<ActorRef<Counter>> = names
+            .iter()
+            .map(|n| a.resolve(&path_of(&b, n)).unwrap())
+            .collect();
+        // Interleaved, so that frames for several actors share the
+        // reader's batches (whose activations start at the batch's end).
+        const N: u64 = 20_000;
+        for i in 0..N {
+            let c = &counters[(i % 3) as usize];
+            let mut msg = Record(i);
+            loop {
+                match c.tell(msg) {
+                    Ok(()) => break,
+                    Err(TellError::MailboxFull(m)) => {
+                        msg = m;
+                        rt::yield_now().await;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        }
+        for (k, c) in counters.iter().enumerate() {
+            let mut got = Vec::new();
+            let start = std::time::Instant::now();
+            while (got.len() as u64) < N / 3 + u64::from((k as u64) < N % 3) {
+                assert!(
+                    start.elapsed() < common::DEADLINE,
+                    "counter {k}: {} records",
+                    got.len()
+                );
+                got.extend(within("recorded", c.ask(Recorded)).await.unwrap());
+            }
+            let expected: Vec<u64> = (0..N).filter(|i| i % 3 == k as u64).collect();
+            assert_eq!(got, expected, "counter {k} got its records in order");
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}

@@ -17,6 +17,9 @@
 //! - allocation: the first message to 300 entities of shards that have no
 //!   home yet (the region asks the coordinator, which allocates the shard,
 //!   and the owning region starts it); p50 and p99.
+//!
+//! Sections can be chosen (`-- tell ask alloc`; all by default), and
+//! `plain` or `sharded` limits tell and ask to one side (to profile one).
 
 #![allow(clippy::print_stdout)]
 
@@ -149,7 +152,38 @@ fn child(seed: &str) {
 }
 
 fn p(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e6
+}
+
+/// Sends `TELL_N` 100-byte bodies with `send` (retrying while the queue to
+/// the node is full) and returns messages per second, counted by the
+/// ask that `received` sends behind them.
+async fn tell_rate<F>(send: impl Fn(Body) -> bool, received: impl FnOnce() -> F) -> f64
+where
+    F: std::future::Future<Output = Result<u64, troupe_core::AskError>>,
+{
+    let body = vec![7u8; 100];
+    let t0 = Instant::now();
+    for _ in 0..TELL_N {
+        while !send(Body(body.clone())) {
+            rt::yield_now().await;
+        }
+    }
+    let n = received().await.unwrap();
+    n as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// True if `section` was asked for on the command line, or none was.
+fn wanted(args: &[String], section: &str) -> bool {
+    let known = ["tell", "ask", "alloc"];
+    let chosen: Vec<&String> = args
+        .iter()
+        .filter(|a| known.contains(&a.as_str()))
+        .collect();
+    chosen.is_empty() || chosen.iter().any(|a| *a == section)
 }
 
 fn main() {
@@ -157,6 +191,8 @@ fn main() {
     if args.len() >= 3 && args[1] == "node" {
         return child(&args[2]);
     }
+    let plain_side = !args.iter().any(|a| a == "sharded");
+    let sharded_side = !args.iter().any(|a| a == "plain");
     rt::block_on(async {
         let first = start_node(None);
         let seed = first.cluster.self_address().to_string();
@@ -216,82 +252,90 @@ fn main() {
 
         // Tell.
         let body = vec![7u8; 100];
-        let t0 = Instant::now();
-        for _ in 0..TELL_N {
-            while plain.tell(Body(body.clone())).is_err() {
-                rt::yield_now().await;
-            }
+        if wanted(&args, "tell") {
+            let plain_rate = if plain_side {
+                tell_rate(
+                    |b| plain.tell(b).is_ok(),
+                    || plain.ask_timeout(Received, Duration::from_secs(120)),
+                )
+                .await
+            } else {
+                f64::NAN
+            };
+            let sharded_rate = if sharded_side {
+                tell_rate(
+                    |b| entity.tell(b).is_ok(),
+                    || entity.ask_timeout(Received, Duration::from_secs(120)),
+                )
+                .await
+            } else {
+                f64::NAN
+            };
+            println!(
+                "  tell (100 B): plain remote {plain_rate:>10.0} msg/s, sharded {sharded_rate:>10.0} msg/s ({:.2}x)",
+                sharded_rate / plain_rate
+            );
         }
-        let n = plain
-            .ask_timeout(Received, Duration::from_secs(120))
-            .await
-            .unwrap();
-        let plain_rate = n as f64 / t0.elapsed().as_secs_f64();
-        let t0 = Instant::now();
-        for _ in 0..TELL_N {
-            while entity.tell(Body(body.clone())).is_err() {
-                rt::yield_now().await;
-            }
-        }
-        let n = entity
-            .ask_timeout(Received, Duration::from_secs(120))
-            .await
-            .unwrap();
-        let sharded_rate = n as f64 / t0.elapsed().as_secs_f64();
-        println!(
-            "  tell (100 B): plain remote {plain_rate:>10.0} msg/s, sharded {sharded_rate:>10.0} msg/s ({:.2}x)",
-            sharded_rate / plain_rate
-        );
 
         // Ask.
-        let mut plain_rtt = Vec::with_capacity(ASK_N);
-        let mut sharded_rtt = Vec::with_capacity(ASK_N);
-        for i in 0..WARMUP + ASK_N {
-            let t = Instant::now();
-            plain.ask(Echo(body.clone())).await.unwrap();
-            if i >= WARMUP {
-                plain_rtt.push(t.elapsed());
+        if wanted(&args, "ask") {
+            let mut plain_rtt = Vec::with_capacity(ASK_N);
+            let mut sharded_rtt = Vec::with_capacity(ASK_N);
+            for i in 0..WARMUP + ASK_N {
+                if !plain_side {
+                    break;
+                }
+                let t = Instant::now();
+                plain.ask(Echo(body.clone())).await.unwrap();
+                if i >= WARMUP {
+                    plain_rtt.push(t.elapsed());
+                }
             }
-        }
-        for i in 0..WARMUP + ASK_N {
-            let t = Instant::now();
-            entity.ask(Echo(body.clone())).await.unwrap();
-            if i >= WARMUP {
-                sharded_rtt.push(t.elapsed());
+            for i in 0..WARMUP + ASK_N {
+                if !sharded_side {
+                    break;
+                }
+                let t = Instant::now();
+                entity.ask(Echo(body.clone())).await.unwrap();
+                if i >= WARMUP {
+                    sharded_rtt.push(t.elapsed());
+                }
             }
+            plain_rtt.sort();
+            sharded_rtt.sort();
+            println!(
+                "  ask (100 B): plain remote p50 {:.1} us p99 {:.1} us; sharded p50 {:.1} us p99 {:.1} us (+{:.1} us p50)",
+                p(&plain_rtt, 0.5),
+                p(&plain_rtt, 0.99),
+                p(&sharded_rtt, 0.5),
+                p(&sharded_rtt, 0.99),
+                p(&sharded_rtt, 0.5) - p(&plain_rtt, 0.5)
+            );
         }
-        plain_rtt.sort();
-        sharded_rtt.sort();
-        println!(
-            "  ask (100 B): plain remote p50 {:.1} us p99 {:.1} us; sharded p50 {:.1} us p99 {:.1} us (+{:.1} us p50)",
-            p(&plain_rtt, 0.5),
-            p(&plain_rtt, 0.99),
-            p(&sharded_rtt, 0.5),
-            p(&sharded_rtt, 0.99),
-            p(&sharded_rtt, 0.5) - p(&plain_rtt, 0.5)
-        );
 
         // First message to entities of shards with no home yet.
-        let mut alloc = Vec::with_capacity(NEW_SHARDS);
-        let mut i = 0;
-        while alloc.len() < NEW_SHARDS {
-            let r: EntityRef<Sink> = first.sharding.entity_ref(format!("new{i}")).unwrap();
-            i += 1;
-            if !used.insert(r.shard_id().to_string()) {
-                continue;
+        if wanted(&args, "alloc") {
+            let mut alloc = Vec::with_capacity(NEW_SHARDS);
+            let mut i = 0;
+            while alloc.len() < NEW_SHARDS {
+                let r: EntityRef<Sink> = first.sharding.entity_ref(format!("new{i}")).unwrap();
+                i += 1;
+                if !used.insert(r.shard_id().to_string()) {
+                    continue;
+                }
+                let t = Instant::now();
+                r.ask_timeout(Received, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                alloc.push(t.elapsed());
             }
-            let t = Instant::now();
-            r.ask_timeout(Received, Duration::from_secs(30))
-                .await
-                .unwrap();
-            alloc.push(t.elapsed());
+            alloc.sort();
+            println!(
+                "  first message to a new shard ({NEW_SHARDS} shards, allocation round trip): p50 {:.2} ms, p99 {:.2} ms",
+                p(&alloc, 0.5) / 1e3,
+                p(&alloc, 0.99) / 1e3
+            );
         }
-        alloc.sort();
-        println!(
-            "  first message to a new shard ({NEW_SHARDS} shards, allocation round trip): p50 {:.2} ms, p99 {:.2} ms",
-            p(&alloc, 0.5) / 1e3,
-            p(&alloc, 0.99) / 1e3
-        );
         for mut c in children {
             drop(c.stdin.take());
             let _ = c.wait();

@@ -99,6 +99,7 @@ impl<E: Entity> Table<E> {
     fn get_key_value(&self, id: &str) -> Option<(&EntityId, &ActiveEntity<E>)> {
         match self.named.get(id) {
             Some(e) => e.actor.given_name().map(|n| (n, e)),
+            None if self.aliased.is_empty() => None,
             None => self.aliased.get_key_value(id),
         }
     }
@@ -179,12 +180,12 @@ impl<E: Entity> ActiveEntities<E> {
     /// the entity is not active or `send` handed `item` back.
     pub(crate) fn send<T>(
         &self,
-        id: &EntityId,
+        id: &str,
         item: T,
         send: impl FnOnce(&ActorRef<E>, T) -> Result<(), T>,
     ) -> Result<(), T> {
         let table = self.read();
-        let Some(entity) = table.get(id) else {
+        let Some((id, entity)) = table.get_key_value(id) else {
             return Err(item);
         };
         send(&entity.actor, item)?;

@@ -5,14 +5,14 @@
 use crate::entity::Entity;
 use crate::error::ShardingTellError;
 use crate::extractor::{EntityId, ShardId};
-use crate::protocol::ShardEnvelope;
 use crate::region::{Region, ShardRoute};
+use crate::shard_envelope;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::Arc;
 use troupe_core::{
-    ActorRef, ActorSystem, AskError, DeliverError, EncodedReply, Handler, Message, Replier,
-    TellError,
+    ActorRef, ActorSystem, AskError, DeliverError, EncodedDelivery, EncodedReply, Handler, Message,
+    Replier, SendEncodedError,
 };
 
 /// A message for entity `entity` of type `E`.
@@ -191,7 +191,7 @@ where
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
     ) {
-        if let Err(e) = (*self).send_remote(system, entity.clone(), shard, to) {
+        if let Err(e) = (*self).send_remote(system, &entity, shard, to) {
             // Forwarded by the region, after the sender was told it was
             // accepted: nothing to hand back to.
             tracing::error!(
@@ -220,59 +220,53 @@ where
     M: Message + Serialize + DeserializeOwned,
     M::Reply: Serialize + DeserializeOwned,
 {
-    /// Encodes the message once and sends it to the region of another
-    /// node; the reply comes back encoded and is decoded for the asker.
-    /// An ask that cannot be sent is failed through its reply channel; a
-    /// tell is handed back with the reason.
+    /// Sends the message to the region of another node, written once,
+    /// straight into the frame inside its envelope; the reply comes back
+    /// encoded and is decoded for the asker. An ask that cannot be sent is
+    /// failed through its reply channel; a tell is handed back with the
+    /// reason.
     pub(crate) fn send_remote<E: Entity>(
         self,
         system: &ActorSystem,
-        entity: EntityId,
-        shard: &ShardId,
+        entity: &str,
+        shard: &str,
         to: &ActorRef<Region<E>>,
     ) -> Result<(), ShardingTellError<M>> {
         let Typed { msg, reply } = self;
-        let encoded = match system.encode_message(&msg) {
-            Ok(e) => e,
+        let reply = reply.map(|reply| {
+            let system = system.clone();
+            reply.map_from(move |enc: EncodedReply| {
+                system
+                    .decode_reply::<M>(&enc.0)
+                    .map_err(|e| AskError::Remote(e.to_string()))
+            })
+        });
+        let asked = reply.is_some();
+        let write = |buf: &mut Vec<u8>| {
+            shard_envelope::write(buf, entity, shard, M::manifest(), |b| {
+                system
+                    .encode_message_into(&msg, b)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+        };
+        match system.send_encoded(to, shard_envelope::MANIFEST, write, reply) {
+            Ok(()) => Ok(()),
+            // The ask was failed with the reason.
+            Err(_) if asked => Ok(()),
+            Err(SendEncodedError::Full) => {
+                // The queue to that node is full: refused, so that the
+                // sender can slow down.
+                Err(ShardingTellError::NodeQueueFull(msg))
+            }
             Err(e) => {
                 tracing::error!(
                     "sharding: a `{}` for entity `{entity}` cannot be sent to {to}: {e}",
                     M::manifest()
                 );
-                return match reply {
-                    Some(r) => {
-                        r.fail(AskError::NotSendable(e.to_string()));
-                        Ok(())
-                    }
-                    None => Err(ShardingTellError::NotSendable(msg, e.to_string())),
-                };
+                Err(ShardingTellError::NotSendable(msg, e.to_string()))
             }
-        };
-        let envelope = ShardEnvelope {
-            entity,
-            shard: shard.clone(),
-            manifest: encoded.manifest.to_string(),
-            payload: encoded.bytes,
-        };
-        let Some(reply) = reply else {
-            return match to.forward(envelope, None, None) {
-                Ok(()) => Ok(()),
-                Err(e) => Err(match e.error {
-                    TellError::NotSendable(_, why) => ShardingTellError::NotSendable(msg, why),
-                    // The queue to that node is full (or the node is gone):
-                    // refused, so that the sender can slow down.
-                    _ => ShardingTellError::NodeQueueFull(msg),
-                }),
-            };
-        };
-        let system = system.clone();
-        let reply = reply.map_from(move |enc: EncodedReply| {
-            system
-                .decode_reply::<M>(&enc.0)
-                .map_err(|e| AskError::Remote(e.to_string()))
-        });
-        forward_envelope(envelope, Some(reply), to);
-        Ok(())
+        }
     }
 }
 
@@ -289,48 +283,23 @@ impl<E: Entity> Body<E> for Encoded {
         system: &ActorSystem,
         to: &ActorRef<E>,
     ) -> Result<(), Box<dyn Body<E>>> {
-        if to.is_terminated() {
-            return Err(self);
-        }
         let Encoded {
             manifest,
             payload,
             reply,
         } = *self;
-        if manifest == START_ENTITY_MANIFEST {
-            // Its shard started it; there is nothing to hand it.
-            return Ok(());
-        }
-        match system.deliver_encoded(to, &manifest, &payload, reply, None) {
-            Ok(()) => Ok(()),
-            Err(DeliverError::UnknownManifest(m)) => {
-                tracing::error!(
-                    "sharding: entity type `{}` has no handler registered for manifest `{m}` on this \
-                     node (is the same version running everywhere?); message dropped",
-                    E::TYPE_NAME
-                );
-                Ok(())
-            }
-            Err(DeliverError::Undecodable(why)) => {
-                tracing::error!(
-                    "sharding: a `{manifest}` for entity type `{}` did not decode: {why}; message dropped",
-                    E::TYPE_NAME
-                );
-                Ok(())
-            }
-            Err(e) => {
-                // Stopped between the check and the send: the entity
-                // stopped by itself (rare). The message and its reply
-                // channel are gone with the mailbox.
-                tracing::warn!("sharding: a `{manifest}` for {to} was not delivered: {e}");
-                Ok(())
-            }
-        }
+        deliver_bytes(system, None, to, &manifest, &payload, reply).map_err(|reply| {
+            Box::new(Encoded {
+                manifest,
+                payload,
+                reply,
+            }) as Box<dyn Body<E>>
+        })
     }
 
     fn send_remote(
         self: Box<Self>,
-        _system: &ActorSystem,
+        system: &ActorSystem,
         entity: EntityId,
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
@@ -340,13 +309,18 @@ impl<E: Entity> Body<E> for Encoded {
             payload,
             reply,
         } = *self;
-        let envelope = ShardEnvelope {
-            entity,
-            shard: shard.clone(),
-            manifest,
-            payload,
+        let write = |buf: &mut Vec<u8>| {
+            shard_envelope::write(buf, &entity, shard, &manifest, |b| {
+                b.extend_from_slice(&payload);
+                Ok(())
+            })
         };
-        forward_envelope(envelope, reply, to);
+        // An ask's reply channel is failed with the reason.
+        if let Err(e) = system.send_encoded(to, shard_envelope::MANIFEST, write, reply) {
+            tracing::warn!(
+                "sharding: a `{manifest}` for entity `{entity}` was lost on its way to region {to}: {e}"
+            );
+        }
     }
 
     fn fail(self: Box<Self>, error: AskError) {
@@ -362,6 +336,54 @@ impl<E: Entity> Body<E> for Encoded {
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
         self
     }
+}
+
+/// How each message of an entity type reaches an entity still encoded, by
+/// manifest.
+pub(crate) type Deliveries<E> =
+    std::collections::HashMap<&'static str, EncodedDelivery<E>, foldhash::fast::RandomState>;
+
+/// Queues a message from another node, still encoded, for a running
+/// entity; hands its reply channel back if the entity has stopped (so that
+/// the message can go to its next incarnation). A message that cannot be
+/// decoded is logged and dropped.
+pub(crate) fn deliver_bytes<E: Entity>(
+    system: &ActorSystem,
+    deliveries: Option<&Deliveries<E>>,
+    to: &ActorRef<E>,
+    manifest: &str,
+    payload: &[u8],
+    reply: Option<Replier<EncodedReply>>,
+) -> Result<(), Option<Replier<EncodedReply>>> {
+    if to.is_terminated() {
+        return Err(reply);
+    }
+    if manifest == START_ENTITY_MANIFEST {
+        // Its shard started it; there is nothing to hand it.
+        return Ok(());
+    }
+    let delivered = match deliveries.and_then(|d| d.get(manifest)) {
+        Some(d) => d.deliver(to, payload, reply, None),
+        // Registered for the entity by other code, or not at all.
+        None => system.deliver_encoded(to, manifest, payload, reply, None),
+    };
+    match delivered {
+        Ok(()) => {}
+        Err(DeliverError::UnknownManifest(m)) => tracing::error!(
+            "sharding: entity type `{}` has no handler registered for manifest `{m}` on this \
+             node (is the same version running everywhere?); message dropped",
+            E::TYPE_NAME
+        ),
+        Err(DeliverError::Undecodable(why)) => tracing::error!(
+            "sharding: a `{manifest}` for entity type `{}` did not decode: {why}; message dropped",
+            E::TYPE_NAME
+        ),
+        // Stopped between the check and the send: the entity stopped by
+        // itself (rare). The message and its reply channel are gone with
+        // the mailbox.
+        Err(e) => tracing::warn!("sharding: a `{manifest}` for {to} was not delivered: {e}"),
+    }
+    Ok(())
 }
 
 /// The manifest of [`StartEntity`] on the wire.
@@ -392,9 +414,10 @@ impl<E: Entity> Body<E> for StartEntity {
         to: &ActorRef<Region<E>>,
     ) {
         // On the wire it is an encoded message with its own manifest.
+        // No body: a MessagePack nil in its place.
         let encoded = Box::new(Encoded {
             manifest: START_ENTITY_MANIFEST.to_string(),
-            payload: Vec::new(),
+            payload: vec![0xc0],
             reply: None,
         });
         <Encoded as Body<E>>::send_remote(encoded, system, entity, shard, to);
@@ -408,22 +431,5 @@ impl<E: Entity> Body<E> for StartEntity {
 
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
         self
-    }
-}
-
-fn forward_envelope<E: Entity>(
-    envelope: ShardEnvelope,
-    reply: Option<Replier<EncodedReply>>,
-    to: &ActorRef<Region<E>>,
-) {
-    if let Err(e) = to.forward(envelope, reply, None) {
-        let why = match &e.error {
-            TellError::NotSendable(_, why) => why.clone(),
-            other => other.to_string(),
-        };
-        tracing::warn!("sharding: cannot send to region {to}: {why}");
-        if let Some(r) = e.reply {
-            r.fail(AskError::Remote(why));
-        }
     }
 }

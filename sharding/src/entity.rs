@@ -31,6 +31,8 @@ pub trait Entity: Actor {
 /// `#[entity]` writes).
 pub struct EntityRegistrar<'a, E: Entity> {
     system: &'a ActorSystem,
+    /// The manifests registered, for the region's table of deliveries.
+    pub(crate) manifests: Vec<&'static str>,
     _entity: PhantomData<fn() -> E>,
 }
 
@@ -38,6 +40,7 @@ impl<'a, E: Entity> EntityRegistrar<'a, E> {
     pub(crate) fn new(system: &'a ActorSystem) -> Self {
         EntityRegistrar {
             system,
+            manifests: Vec::new(),
             _entity: PhantomData,
         }
     }
@@ -53,6 +56,7 @@ impl<'a, E: Entity> EntityRegistrar<'a, E> {
         self.system
             .register::<E, M>()
             .map_err(ShardingError::Register)?;
+        self.manifests.push(M::manifest());
         Ok(())
     }
 }

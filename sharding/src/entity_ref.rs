@@ -123,7 +123,7 @@ impl<E: Entity> EntityRef<E> {
         let body: Box<dyn Body<E>> = Box::new(Typed { msg, reply });
         match self
             .shared
-            .send_slow(&self.route, Delivery::new(self.id.clone(), body))
+            .send_slow(&self.route, Delivery::new(self.id.clone(), body), false)
         {
             Ok(()) => Ok(()),
             Err((why, d)) => {
@@ -170,7 +170,7 @@ impl<E: Entity> EntityRef<E> {
         let body: Box<dyn Body<E>> = Box::new(Typed { msg, reply });
         match self
             .shared
-            .send_slow(&self.route, Delivery::new(self.id.clone(), body))
+            .send_slow(&self.route, Delivery::new(self.id.clone(), body), false)
         {
             Ok(()) => ask,
             Err((why, d)) => {

@@ -41,6 +41,7 @@ mod remember;
 pub mod remove_internal_data;
 mod settings;
 mod shard;
+mod shard_envelope;
 mod sharding;
 
 pub use allocation::{

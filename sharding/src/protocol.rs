@@ -3,9 +3,9 @@
 //! message to the region of another node.
 
 use crate::allocation::RegionId;
-use crate::extractor::{EntityId, ShardId};
+use crate::extractor::ShardId;
 use serde::{Deserialize, Serialize};
-use troupe_core::{EncodedReply, Message};
+use troupe_core::Message;
 
 // ---- region -> coordinator ----
 
@@ -139,17 +139,4 @@ pub(crate) struct ShardFlushed {
     pub(crate) shard: ShardId,
     /// The old home.
     pub(crate) region: RegionId,
-}
-
-/// An entity's message on its way to the region that hosts the entity:
-/// the entity type's name, the entity and shard ids, and the message as
-/// its manifest and bytes. The reply (for an ask) travels back encoded.
-#[derive(Debug, Clone, Serialize, Deserialize, Message)]
-#[message(name = "troupe.sharding.ShardEnvelope", reply = EncodedReply)]
-pub(crate) struct ShardEnvelope {
-    pub(crate) entity: EntityId,
-    pub(crate) shard: ShardId,
-    pub(crate) manifest: String,
-    #[serde(with = "serde_bytes")]
-    pub(crate) payload: Vec<u8>,
 }

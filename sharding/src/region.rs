@@ -19,7 +19,7 @@
 use crate::active_entities::ActiveEntities;
 use crate::allocation::RegionId;
 use crate::coordinator::ShardCoordinator;
-use crate::delivery::{Delivery, Encoded, Typed, Via};
+use crate::delivery::{deliver_bytes, Deliveries, Delivery, Encoded, Typed, Via};
 use crate::entity::Entity;
 use crate::extractor::{EntityId, ShardId, ShardIdExtractor};
 use crate::protocol::*;
@@ -29,6 +29,7 @@ use crate::queries::{
 use crate::remember::RememberedEntitiesStore;
 use crate::settings::ShardingSettings;
 use crate::shard::{self, Shard, ShardHandOff, ShardStart, ShardsUpdated};
+use crate::shard_envelope;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -37,7 +38,7 @@ use troupe_cluster::ddata::Replicator;
 use troupe_cluster::singleton::SingletonProxy;
 use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState};
 use troupe_core::prelude::*;
-use troupe_core::{AskError, EncodedReply, Props, Replier};
+use troupe_core::{AskError, DeliverError, InboundMessage, Props, Replier};
 
 /// The region actor's name under `/system`.
 pub(crate) fn region_name(type_name: &str) -> String {
@@ -126,6 +127,9 @@ pub(crate) struct RegionShared<E: Entity> {
     pub(crate) replicator: Replicator,
     routes: RwLock<HashMap<ShardId, Arc<ShardRoute<E>>, foldhash::fast::RandomState>>,
     pub(crate) region: OnceLock<ActorRef<Region<E>>>,
+    /// How each of the entity type's messages reaches an entity still
+    /// encoded (looked up once, read without a lock).
+    pub(crate) deliveries: Deliveries<E>,
     /// Messages in the region's buffers (checked by senders against
     /// `buffer_size`).
     buffered: AtomicUsize,
@@ -158,6 +162,7 @@ impl<E: Entity> RegionShared<E> {
             replicator,
             routes: RwLock::new(HashMap::default()),
             region: OnceLock::new(),
+            deliveries: Deliveries::default(),
             buffered: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             via_region: AtomicU64::new(0),
@@ -168,7 +173,7 @@ impl<E: Entity> RegionShared<E> {
 
     /// The route of `shard` (created on first use; routes are never
     /// removed: there are at most as many as shards).
-    pub(crate) fn route(&self, shard: &ShardId) -> Arc<ShardRoute<E>> {
+    pub(crate) fn route(&self, shard: &str) -> Arc<ShardRoute<E>> {
         if let Some(r) = self
             .routes
             .read()
@@ -177,12 +182,14 @@ impl<E: Entity> RegionShared<E> {
         {
             return r.clone();
         }
-        self.routes
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(shard.clone())
-            .or_insert_with(|| Arc::new(ShardRoute::new(shard.clone())))
-            .clone()
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = routes.get(shard) {
+            return r.clone();
+        }
+        let shard = ShardId::from(shard);
+        let route = Arc::new(ShardRoute::new(shard.clone()));
+        routes.insert(shard, route.clone());
+        route
     }
 
     /// The route of the entity's shard.
@@ -220,7 +227,7 @@ impl<E: Entity> RegionShared<E> {
                 })
                 .map_err(|(msg, reply)| Direct::Slow(msg, reply)),
             Home::Remote(region) => Typed { msg, reply }
-                .send_remote(&self.system, entity.clone(), &route.shard, region)
+                .send_remote(&self.system, entity, &route.shard, region)
                 .map_err(Direct::Refused),
             Home::Unknown => Err(Direct::Slow(msg, reply)),
         }
@@ -228,10 +235,12 @@ impl<E: Entity> RegionShared<E> {
 
     /// Sends a message through the region (which buffers it while the
     /// shard's home is unknown).
+    /// `from_remote`: it came from another node (see `Route`).
     pub(crate) fn send_slow(
         &self,
         route: &Arc<ShardRoute<E>>,
         mut delivery: Delivery<E>,
+        from_remote: bool,
     ) -> Result<(), (Refused, Delivery<E>)> {
         // A message for a shard whose home is unknown will be buffered:
         // it takes its place in the buffer now, before it reaches the
@@ -282,13 +291,68 @@ impl<E: Entity> RegionShared<E> {
         delivery.count_in(route, Via::Region);
         self.via_region.fetch_add(1, Ordering::Relaxed);
         region
-            .tell(Route(route.clone(), delivery, reserved))
+            .tell(Route {
+                route: route.clone(),
+                delivery,
+                reserved,
+                from_remote,
+            })
             .map_err(|e| {
                 if reserved {
                     self.buffered.fetch_sub(1, Ordering::AcqRel);
                 }
-                (Refused::RegionStopped, e.into_message().1)
+                (Refused::RegionStopped, e.into_message().delivery)
             })
+    }
+
+    /// An entity's message from another node, read on the connection's
+    /// reader: straight to its entity when the entity runs here and
+    /// nothing of its shard is in flight through the actors (as a local
+    /// sender's message would go), else through the region (the shard may
+    /// have moved again, or the entity must be started).
+    pub(crate) fn receive_remote(&self, m: InboundMessage<'_>) -> Result<(), DeliverError> {
+        let InboundMessage { bytes, reply, .. } = m;
+        let env = match shard_envelope::read(bytes) {
+            Ok(env) => env,
+            Err(why) => {
+                if let Some(r) = reply {
+                    r.fail(AskError::Remote(format!(
+                        "the message did not decode: {why}"
+                    )));
+                }
+                return Err(DeliverError::Undecodable(why));
+            }
+        };
+        let route = self.route(env.shard);
+        let mut reply = reply;
+        if route.quiet() {
+            if let Home::Local(local) = &*route.read_home() {
+                let (system, deliveries) = (&self.system, Some(&self.deliveries));
+                let sent = local.send(env.entity, reply, |actor, reply| {
+                    deliver_bytes(system, deliveries, actor, env.manifest, env.payload, reply)
+                });
+                match sent {
+                    Ok(()) => return Ok(()),
+                    Err(r) => reply = r,
+                }
+            }
+        }
+        let delivery = Delivery::new(
+            EntityId::from(env.entity),
+            Box::new(Encoded {
+                manifest: env.manifest.to_string(),
+                payload: env.payload.to_vec(),
+                reply,
+            }),
+        );
+        if let Err((why, d)) = self.send_slow(&route, delivery, true) {
+            // A full buffer is logged and counted by `send_slow`.
+            d.fail(match why {
+                Refused::BufferFull => AskError::MailboxFull,
+                Refused::RegionStopped => AskError::Stopped,
+            });
+        }
+        Ok(())
     }
 
     /// Counts a refused message and logs it (at most once a second).
@@ -317,11 +381,16 @@ impl<E: Entity> RegionShared<E> {
 /// wire); with whether it holds a place in the buffer (see
 /// `RegionShared::send`).
 #[derive(Message)]
-pub(crate) struct Route<E: Entity>(
-    pub(crate) Arc<ShardRoute<E>>,
-    pub(crate) Delivery<E>,
-    pub(crate) bool,
-);
+pub(crate) struct Route<E: Entity> {
+    pub(crate) route: Arc<ShardRoute<E>>,
+    pub(crate) delivery: Delivery<E>,
+    /// It holds a place in the buffer.
+    pub(crate) reserved: bool,
+    /// It came from another node: while a shard that moved here waits for
+    /// the messages its old home held (which come from there), those go
+    /// to the shard ahead of the local senders' that wait here.
+    pub(crate) from_remote: bool,
+}
 
 /// The retry timer: register, and ask again for unanswered shard homes.
 #[derive(Message, Clone)]
@@ -730,11 +799,22 @@ impl<E: Entity> Region<E> {
 #[handlers]
 impl<E: Entity> Region<E> {
     async fn on_route(&mut self, msg: Route<E>) {
-        let Route(route, delivery, reserved) = msg;
+        let Route {
+            route,
+            delivery,
+            reserved,
+            from_remote,
+        } = msg;
         if reserved {
             // Its place is taken again by `buffer` if it is buffered (it
             // is counted in its route, so it is not refused there).
             self.shared.buffered.fetch_sub(1, Ordering::AcqRel);
+        }
+        if from_remote && self.awaiting_flush.contains_key(&route.shard) {
+            if let Some((actor, _)) = self.shards.get(&route.shard) {
+                let actor = actor.clone();
+                return self.hand_to_shard(&route, &actor, delivery);
+            }
         }
         self.route(&route, delivery);
     }
@@ -1062,45 +1142,5 @@ impl<E: Entity> Handler<GracefulShutdown> for Region<E> {
             }
         }
         self.finish_shutdown_if_done(ctx);
-    }
-}
-
-/// An entity's message from another node: through the same routing as a
-/// local one (the shard may have moved again).
-impl<E: Entity> Handler<ShardEnvelope> for Region<E> {
-    async fn handle(&mut self, _msg: ShardEnvelope, _ctx: &mut Context<Self>) -> EncodedReply {
-        EncodedReply(Vec::new())
-    }
-
-    async fn handle_with_reply(
-        &mut self,
-        msg: ShardEnvelope,
-        reply: Option<Replier<EncodedReply>>,
-        _ctx: &mut Context<Self>,
-    ) {
-        let ShardEnvelope {
-            entity,
-            shard,
-            manifest,
-            payload,
-        } = msg;
-        let route = self.shared.route(&shard);
-        let delivery = Delivery::new(
-            entity,
-            Box::new(Encoded {
-                manifest,
-                payload,
-                reply,
-            }),
-        );
-        // The old home passing on what it held: ahead of the local
-        // senders' messages that wait here.
-        if self.awaiting_flush.contains_key(&shard) {
-            if let Some((actor, _)) = self.shards.get(&shard) {
-                let actor = actor.clone();
-                return self.hand_to_shard(&route, &actor, delivery);
-            }
-        }
-        self.route(&route, delivery);
     }
 }

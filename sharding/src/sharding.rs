@@ -15,6 +15,7 @@ use crate::region::{
     region_name, GracefulShutdown, IsRegistered, Region, RegionShared, SetActiveEntityLimit,
 };
 use crate::settings::{PassivationSettings, ShardingSettings};
+use crate::shard_envelope;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
@@ -310,12 +311,18 @@ impl ClusterSharding {
         let extractor = config
             .extractor
             .unwrap_or_else(|| Arc::new(HashShardIdExtractor::new(settings.number_of_shards)));
-        let shared = Arc::new(RegionShared::<E>::new(
+        let mut shared = RegionShared::<E>::new(
             system.clone(),
             extractor,
             settings,
             inner.replicator.clone(),
-        ));
+        );
+        for manifest in registrar.manifests {
+            if let Ok(d) = system.encoded_delivery::<E>(manifest) {
+                shared.deliveries.insert(manifest, d);
+            }
+        }
+        let shared = Arc::new(shared);
         let region = Region::new(
             shared.clone(),
             inner.cluster.clone(),
@@ -329,6 +336,15 @@ impl ClusterSharding {
         // Published before `start` returns: messages sent right away are
         // queued for the region, which is not running yet.
         let _ = shared.region.set(region.clone());
+        // Entities' messages from other nodes are routed on the
+        // connection's reader (the registry outlives the region: no cycle).
+        let weak = Arc::downgrade(&shared);
+        system.register_receiver::<Region<E>>(shard_envelope::MANIFEST, move |m| {
+            match weak.upgrade() {
+                Some(shared) => shared.receive_remote(m),
+                None => Err(troupe_core::DeliverError::Stopped),
+            }
+        });
         if !proxy_only {
             // Hand every shard off before the node leaves the cluster.
             let r = region.clone();
@@ -538,7 +554,6 @@ fn register_protocol<E: Entity>(system: &ActorSystem) -> Result<(), troupe_core:
         .register::<Region<E>, BeginHandOffAck>()?
         .register::<Region<E>, FlushShard>()?
         .register::<Region<E>, ShardFlushed>()?
-        .register::<Region<E>, ShardEnvelope>()?
         .register::<Region<E>, GetRegionState>()?
         .register::<Region<E>, GetRegionStats>()?;
     Ok(())

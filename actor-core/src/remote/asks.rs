@@ -47,6 +47,11 @@ impl PendingAsks {
         self.lock().remove(&id);
     }
 
+    /// Takes the completion of an ask that was not sent after all.
+    pub(crate) fn take(&self, id: u64) -> Option<Completion> {
+        self.lock().remove(&id).map(|p| p.complete)
+    }
+
     /// Hands a reply to its ask; false if nobody waits for it any more.
     pub(crate) fn complete(&self, id: u64, result: Result<&[u8], AskError>) -> bool {
         let entry = self.lock().remove(&id);

@@ -97,35 +97,63 @@ impl Association {
         msg: &M,
         ask: u64,
     ) -> Result<(Stream, Vec<u8>), SendError> {
-        if self.remoting.is_shut_down() {
-            return Err(SendError::NotSendable(
-                "the actor system is shut down".into(),
-            ));
-        }
         let codec = self
             .remoting
             .system
             .registry
             .codec_of::<M>()
             .ok_or_else(|| SendError::NotSendable(not_registered::<M>()))?;
-        let frame = wire::encode_msg(&to.path, to.uid, from, codec.manifest, ask, |b| {
-            (codec.encode)(msg, b)
-        })
-        .map_err(|e| SendError::NotSendable(format!("`{}` did not encode: {e}", codec.manifest)))?;
-        let max = self.remoting.settings.max_frame_size;
-        if frame.len() - 4 > max {
-            return Err(SendError::NotSendable(format!(
-                "a `{}` of {} bytes is larger than max_frame_size ({max} bytes)",
-                codec.manifest,
-                frame.len() - 4
-            )));
-        }
+        let frame = self.encode_frame(to, from, codec.manifest, ask, |b| (codec.encode)(msg, b))?;
         let stream = if codec.control {
             Stream::Control
         } else {
             Stream::Ordinary
         };
         Ok((stream, frame))
+    }
+
+    /// A user message frame whose payload `write` puts in place.
+    fn encode_frame(
+        &self,
+        to: &RemotePath,
+        from: &str,
+        manifest: &str,
+        ask: u64,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+    ) -> Result<Vec<u8>, SendError> {
+        if self.remoting.is_shut_down() {
+            return Err(SendError::NotSendable(
+                "the actor system is shut down".into(),
+            ));
+        }
+        let frame = wire::encode_msg(&to.path, to.uid, from, manifest, ask, write)
+            .map_err(|e| SendError::NotSendable(format!("`{manifest}` did not encode: {e}")))?;
+        let max = self.remoting.settings.max_frame_size;
+        if frame.len() - 4 > max {
+            return Err(SendError::NotSendable(format!(
+                "a `{manifest}` of {} bytes is larger than max_frame_size ({max} bytes)",
+                frame.len() - 4
+            )));
+        }
+        Ok(frame)
+    }
+
+    /// Queues a user message whose payload `write` puts in place (already
+    /// in the wire form of `manifest`), on the ordinary connection.
+    pub(crate) fn send_encoded(
+        &self,
+        to: &RemotePath,
+        manifest: &'static str,
+        ask: u64,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+    ) -> Result<(), SendError> {
+        let frame = self.encode_frame(to, "", manifest, ask, write)?;
+        if self.enqueue(Stream::Ordinary, frame) {
+            Ok(())
+        } else {
+            self.overflow(manifest);
+            Err(SendError::Full)
+        }
     }
 
     /// Queues a user message for the peer.

@@ -2,6 +2,7 @@
 //! that decodes frames and hands them on. Everything read here is
 //! untrusted: bad input is logged (rate limited) and dropped.
 
+use crate::deferred_activations::DeferActivations;
 use crate::remote::address::Address;
 use crate::remote::association::Association;
 use crate::remote::handshake;
@@ -20,6 +21,10 @@ const MAX_HANDSHAKE_FRAME: usize = 16 * 1024;
 pub(crate) struct Connection {
     pub(crate) stream: rt::TcpStream,
 }
+
+/// Most frames handled as one batch (see `read_frames`): bounds the delay
+/// that holding back the activations they start adds to the first.
+const FRAME_BATCH: usize = 32;
 
 /// Reads length-prefixed frames from a stream into a reusable buffer.
 struct FrameReader {
@@ -74,6 +79,18 @@ impl FrameReader {
         let start = self.pos;
         self.pos += n;
         Ok(Some((start, start + n)))
+    }
+
+    /// The next frame if it is whole in the buffer already (no read).
+    fn next_buffered(&mut self, max: usize) -> Option<(usize, usize)> {
+        match wire::next_frame(&self.buf[self.pos..self.end], max) {
+            Ok(Some((s, e))) => {
+                let r = (self.pos + s, self.pos + e);
+                self.pos += e;
+                Some(r)
+            }
+            _ => None,
+        }
     }
 
     /// The next frame. A frame over `max` is skipped without buffering it,
@@ -417,14 +434,28 @@ async fn read_frames(
         };
         match read {
             Read::Frame(s, e) => {
-                if quarantine.is_quarantined(remoting) {
-                    tracing::debug!(
-                        "closing inbound connection of quarantined {} (UID {peer_uid})",
-                        assoc.address
-                    );
-                    return;
+                // The frames already buffered behind this one are handled
+                // as one batch: the actors they wake are woken once, at
+                // its end (see `deferred_activations`).
+                let _batch = DeferActivations::begin();
+                let mut frame = Some((s, e));
+                let mut handled = 0;
+                while let Some((s, e)) = frame {
+                    if quarantine.is_quarantined(remoting) {
+                        tracing::debug!(
+                            "closing inbound connection of quarantined {} (UID {peer_uid})",
+                            assoc.address
+                        );
+                        return;
+                    }
+                    inbound.handle(&reader.buf[s..e]);
+                    handled += 1;
+                    frame = if handled < FRAME_BATCH {
+                        reader.next_buffered(max)
+                    } else {
+                        None
+                    };
                 }
-                inbound.handle(&reader.buf[s..e]);
             }
             Read::Oversized(len) => remoting.log_bad_input(format_args!(
                 "dropped a frame of {len} bytes from {}: larger than max_frame_size ({max} bytes)",

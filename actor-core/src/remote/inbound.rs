@@ -2,12 +2,15 @@
 //! replies to our asks, system messages, acknowledgements and heartbeats.
 
 use crate::actor_ref::AnyActorRef;
+use crate::codec::{DeliverError, InboundMessage};
 use crate::remote::association::Association;
-use crate::remote::registry::{DispatchError, DispatchFn};
+use crate::remote::registry::{self, DispatchError, Inbound};
 use crate::remote::remoting::RemotingShared;
+use crate::remote::reply::RemoteReply;
 use crate::remote::reply::ReplySink;
 use crate::remote::serde_context;
 use crate::remote::wire::{self, Frame, ReplyBody, Stream, UserMsg};
+use crate::replier::Replier;
 use crate::system::ActorSystem;
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -21,19 +24,24 @@ const RECIPIENT_CACHE: usize = 1024;
 pub(crate) struct InboundHandler {
     remoting: Arc<RemotingShared>,
     assoc: Arc<Association>,
-    recipients: HashMap<String, AnyActorRef>,
+    recipients: Cache<AnyActorRef>,
     /// Dispatch functions found so far, by manifest and actor type
     /// (registrations are never removed, so entries stay valid).
-    dispatchers: HashMap<String, Vec<(TypeId, DispatchFn)>>,
+    dispatchers: Cache<Vec<(TypeId, Inbound)>>,
 }
+
+/// A per-connection cache looked up on every message: foldhash, randomly
+/// seeded per map (the peer is an authenticated member, and the recipient
+/// cache is bounded).
+type Cache<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 impl InboundHandler {
     pub(crate) fn new(remoting: Arc<RemotingShared>, assoc: Arc<Association>) -> Self {
         InboundHandler {
             remoting,
             assoc,
-            recipients: HashMap::new(),
-            dispatchers: HashMap::new(),
+            recipients: Cache::default(),
+            dispatchers: Cache::default(),
         }
     }
 
@@ -106,20 +114,29 @@ impl InboundHandler {
         Some(r)
     }
 
-    fn dispatcher(&mut self, manifest: &str, actor: TypeId) -> Result<DispatchFn, &'static str> {
-        if let Some(found) = self
-            .dispatchers
+    /// How a message of `manifest` reaches an actor of type `actor`,
+    /// cached.
+    fn dispatcher<'c>(
+        cache: &'c mut Cache<Vec<(TypeId, Inbound)>>,
+        remoting: &RemotingShared,
+        manifest: &str,
+        actor: TypeId,
+    ) -> Result<&'c Inbound, &'static str> {
+        let found = cache
             .get(manifest)
-            .and_then(|v| v.iter().find(|(t, _)| *t == actor))
-        {
-            return Ok(found.1);
-        }
-        let d = self.remoting.system.registry.dispatcher(manifest, actor)?;
-        self.dispatchers
-            .entry(manifest.to_string())
-            .or_default()
-            .push((actor, d));
-        Ok(d)
+            .and_then(|v| v.iter().position(|(t, _)| *t == actor));
+        let (list, at) = match found {
+            Some(at) => (cache.get(manifest), at),
+            None => {
+                let d = remoting.system.registry.dispatcher(manifest, actor)?;
+                let list = cache.entry(manifest.to_string()).or_default();
+                list.push((actor, d));
+                let at = list.len() - 1;
+                (cache.get(manifest), at)
+            }
+        };
+        list.map(|l| &l[at].1)
+            .ok_or("bug: a cached dispatcher vanished")
     }
 
     fn deliver(&mut self, m: UserMsg<'_>) {
@@ -143,7 +160,7 @@ impl InboundHandler {
             return;
         };
         let dispatch = match target.local().map(|c| c.actor_type()) {
-            Some(t) => self.dispatcher(m.manifest, t),
+            Some(t) => Self::dispatcher(&mut self.dispatchers, &self.remoting, m.manifest, t),
             None => Err("the recipient is not local"),
         };
         let dispatch = match dispatch {
@@ -179,8 +196,25 @@ impl InboundHandler {
                 }
             }
         };
-        let result = serde_context::with_system(&self.remoting.system, || {
-            dispatch(&target, m.payload, reply, sender)
+        let result = serde_context::with_system(&self.remoting.system, || match dispatch {
+            Inbound::Decode(dispatch, _) => (*dispatch)(&target, m.payload, reply, sender),
+            Inbound::Receive(receive) => {
+                // The reply's bytes are already its wire form.
+                let reply = reply.map(|sink| {
+                    Replier::remote(RemoteReply::new(sink, registry::write_encoded_reply))
+                });
+                let inbound = InboundMessage {
+                    to: &target,
+                    bytes: m.payload,
+                    reply,
+                    sender,
+                };
+                receive(inbound).map_err(|e| match e {
+                    DeliverError::Stopped => DispatchError::Stopped,
+                    DeliverError::MailboxFull => DispatchError::MailboxFull,
+                    other => DispatchError::Undecodable(other.to_string()),
+                })
+            }
         });
         match result {
             Ok(()) | Err(DispatchError::Stopped) => {}

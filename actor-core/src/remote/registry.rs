@@ -6,9 +6,9 @@
 //! how to encode it, how to decode its reply, and how to hand it to an
 //! actor of that type; nothing is looked up by Rust type names at run time.
 
-use crate::actor::Handler;
+use crate::actor::{Actor, Handler};
 use crate::actor_ref::AnyActorRef;
-use crate::codec::RegisterError;
+use crate::codec::{DeliverError, EncodedReply, InboundMessage, RegisterError};
 use crate::error::TellError;
 use crate::message::Message;
 use crate::remote::reply::{RemoteReply, ReplySink};
@@ -27,6 +27,30 @@ pub(crate) type DecodeReplyFn = fn(&[u8]) -> Result<Box<dyn Any + Send>, String>
 pub(crate) type DispatchFn =
     fn(&AnyActorRef, &[u8], Option<ReplySink>, Option<AnyActorRef>) -> Result<(), DispatchError>;
 
+/// Decodes a message and queues it for a local actor of type `A` (what
+/// `DispatchFn` does after checking the recipient's type).
+pub(crate) type TypedDispatchFn<A> = fn(
+    &crate::actor_ref::ActorRef<A>,
+    &[u8],
+    Option<ReplySink>,
+    Option<AnyActorRef>,
+) -> Result<(), DispatchError>;
+
+/// Hands a message, still encoded, to a receiver registered for its
+/// recipient's actor type (`ActorSystem::register_receiver`).
+pub(crate) type ReceiveFn =
+    Arc<dyn Fn(InboundMessage<'_>) -> Result<(), DeliverError> + Send + Sync>;
+
+/// How an incoming message reaches an actor of one type.
+#[derive(Clone)]
+pub(crate) enum Inbound {
+    /// Decoded and queued in its mailbox: the erased function, and the
+    /// typed one (a `TypedDispatchFn<A>`, for `EncodedDelivery<A>`).
+    Decode(DispatchFn, &'static (dyn Any + Send + Sync)),
+    /// Given, still encoded, to a receiver.
+    Receive(ReceiveFn),
+}
+
 /// Why an incoming message could not be handed to its recipient.
 #[derive(Debug)]
 pub(crate) enum DispatchError {
@@ -38,7 +62,9 @@ pub(crate) enum DispatchError {
     MailboxFull,
 }
 
-/// How one message type travels.
+/// How one message type travels (plain data: copied out of the registry,
+/// so that a send takes no reference count).
+#[derive(Clone, Copy)]
 pub(crate) struct Codec {
     pub(crate) manifest: &'static str,
     /// The Rust type, for error messages.
@@ -50,18 +76,44 @@ pub(crate) struct Codec {
 }
 
 struct ManifestEntry {
-    codec: Arc<Codec>,
+    codec: Codec,
     /// The message type that owns the manifest.
     message_type: TypeId,
-    /// Per actor type that handles it.
-    dispatch: HashMap<TypeId, DispatchFn>,
+    /// Per actor type that handles it, erased and typed.
+    dispatch: Map<TypeId, (DispatchFn, &'static (dyn Any + Send + Sync))>,
+    /// Per actor type that receives it still encoded (these win over
+    /// `dispatch`).
+    receivers: Map<TypeId, ReceiveFn>,
+}
+
+/// The registry's maps are written at registration only and read on every
+/// message sent or received: foldhash, not SipHash (keys from the network
+/// are only looked up, never inserted, so they cannot degrade a map).
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The message type recorded for a manifest that only receivers know (no
+/// Rust type: its bytes are sent with `send_encoded`).
+struct EncodedOnly;
+
+fn encode_refused(_: &dyn Any, _: &mut Vec<u8>) -> Result<(), String> {
+    Err("a manifest registered with `register_receiver` is sent with `send_encoded`".into())
+}
+
+fn decode_encoded_reply(bytes: &[u8]) -> Result<Box<dyn Any + Send>, String> {
+    Ok(Box::new(EncodedReply(bytes.to_vec())))
+}
+
+/// Writes an encoded reply as it is (its bytes are the reply's wire form).
+pub(crate) fn write_encoded_reply(r: &EncodedReply, buf: &mut Vec<u8>) -> Result<(), String> {
+    buf.extend_from_slice(&r.0);
+    Ok(())
 }
 
 /// The message types of one actor system that can cross the wire.
 #[derive(Default)]
 pub(crate) struct Registry {
-    by_type: RwLock<HashMap<TypeId, Arc<Codec>>>,
-    by_manifest: RwLock<HashMap<&'static str, ManifestEntry>>,
+    by_type: RwLock<Map<TypeId, Codec>>,
+    by_manifest: RwLock<Map<&'static str, ManifestEntry>>,
 }
 
 fn encode<M: Serialize + 'static>(msg: &dyn Any, buf: &mut Vec<u8>) -> Result<(), String> {
@@ -98,6 +150,20 @@ where
             std::any::type_name::<A>()
         )));
     };
+    dispatch_typed::<A, M>(&actor, payload, reply, sender)
+}
+
+fn dispatch_typed<A, M>(
+    actor: &crate::actor_ref::ActorRef<A>,
+    payload: &[u8],
+    reply: Option<ReplySink>,
+    sender: Option<AnyActorRef>,
+) -> Result<(), DispatchError>
+where
+    A: Handler<M>,
+    M: Message + Serialize + DeserializeOwned,
+    M::Reply: Serialize + DeserializeOwned,
+{
     let msg: M = match crate::remote::serde_context::decode(payload) {
         Ok(m) => m,
         Err(why) => {
@@ -117,6 +183,27 @@ where
     }
 }
 
+/// The typed dispatch of `M` to `A`, as a static value (a function item
+/// coerced to a pointer in a `static` is promoted, so this allocates
+/// nothing).
+fn typed_dispatch<A, M>() -> &'static (dyn Any + Send + Sync)
+where
+    A: Handler<M>,
+    M: Message + Serialize + DeserializeOwned,
+    M::Reply: Serialize + DeserializeOwned,
+{
+    struct Typed<A, M>(std::marker::PhantomData<fn(A, M)>);
+    impl<A, M> Typed<A, M>
+    where
+        A: Handler<M>,
+        M: Message + Serialize + DeserializeOwned,
+        M::Reply: Serialize + DeserializeOwned,
+    {
+        const FN: TypedDispatchFn<A> = dispatch_typed::<A, M>;
+    }
+    &Typed::<A, M>::FN
+}
+
 impl Registry {
     /// Registers `M` as handled by `A`; refuses a manifest that another
     /// message type already has.
@@ -131,15 +218,16 @@ impl Registry {
         let entry = by_manifest
             .entry(manifest)
             .or_insert_with(|| ManifestEntry {
-                codec: Arc::new(Codec {
+                codec: Codec {
                     manifest,
                     type_name: std::any::type_name::<M>(),
                     encode: encode::<M>,
                     decode_reply: decode_reply::<M::Reply>,
                     control,
-                }),
+                },
                 message_type: TypeId::of::<M>(),
-                dispatch: HashMap::new(),
+                dispatch: Map::default(),
+                receivers: Map::default(),
             });
         if entry.message_type != TypeId::of::<M>() {
             return Err(RegisterError::ManifestTaken {
@@ -148,21 +236,47 @@ impl Registry {
                 refused: std::any::type_name::<M>(),
             });
         }
-        entry.dispatch.insert(TypeId::of::<A>(), dispatch::<A, M>);
+        entry.dispatch.insert(
+            TypeId::of::<A>(),
+            (dispatch::<A, M>, typed_dispatch::<A, M>()),
+        );
         self.by_type
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(TypeId::of::<M>(), entry.codec.clone());
+            .insert(TypeId::of::<M>(), entry.codec);
         Ok(())
     }
 
+    /// Registers `receive` for messages of `manifest` to actors of type
+    /// `A`: a manifest of its own (no Rust type behind it), or one a
+    /// message type already has (the receiver then takes that type's
+    /// bytes for `A` instead of its mailbox).
+    pub(crate) fn register_receiver<A: Actor>(&self, manifest: &'static str, receive: ReceiveFn) {
+        let mut by_manifest = self.by_manifest.write().unwrap_or_else(|e| e.into_inner());
+        let entry = by_manifest
+            .entry(manifest)
+            .or_insert_with(|| ManifestEntry {
+                codec: Codec {
+                    manifest,
+                    type_name: "(bytes sent with `send_encoded`)",
+                    encode: encode_refused,
+                    decode_reply: decode_encoded_reply,
+                    control: false,
+                },
+                message_type: TypeId::of::<EncodedOnly>(),
+                dispatch: Map::default(),
+                receivers: Map::default(),
+            });
+        entry.receivers.insert(TypeId::of::<A>(), receive);
+    }
+
     /// The codec of message type `M`, if registered.
-    pub(crate) fn codec_of<M: 'static>(&self) -> Option<Arc<Codec>> {
+    pub(crate) fn codec_of<M: 'static>(&self) -> Option<Codec> {
         self.by_type
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&TypeId::of::<M>())
-            .cloned()
+            .copied()
     }
 
     /// How to hand a message of `manifest` to an actor whose type id is
@@ -171,15 +285,18 @@ impl Registry {
         &self,
         manifest: &str,
         actor: TypeId,
-    ) -> Result<DispatchFn, &'static str> {
+    ) -> Result<Inbound, &'static str> {
         let map = self.by_manifest.read().unwrap_or_else(|e| e.into_inner());
         let entry = map
             .get(manifest)
             .ok_or("unknown manifest (not registered on this node)")?;
+        if let Some(r) = entry.receivers.get(&actor) {
+            return Ok(Inbound::Receive(r.clone()));
+        }
         entry
             .dispatch
             .get(&actor)
-            .copied()
+            .map(|(erased, typed)| Inbound::Decode(*erased, *typed))
             .ok_or("the recipient's actor type is not registered for this message")
     }
 }

@@ -5,10 +5,12 @@
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef, ForwardError};
 use crate::cell::ActorCell;
+use crate::codec::EncodedReply;
 use crate::error::{AskError, TellError};
 use crate::message::Message;
 use crate::remote::address::RemotePath;
-use crate::remote::association::{Association, SendError};
+use crate::remote::association::Association;
+pub(crate) use crate::remote::association::SendError;
 use crate::remote::serde_context;
 use crate::replier::Replier;
 use serde::de::Error as _;
@@ -116,6 +118,39 @@ impl RemoteTarget {
         let sent = self.assoc.send_user(&self.path, from, msg, id);
         if sent.is_err() {
             remoting.asks.cancel(id);
+        }
+        sent
+    }
+
+    /// Sends a message already in the wire form of `manifest` (written by
+    /// `write` straight into the frame); the reply of an ask reaches
+    /// `reply` as it came (see `ActorSystem::send_encoded`). On failure
+    /// `reply` is failed with the reason.
+    pub(crate) fn send_encoded(
+        &self,
+        manifest: &'static str,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+        reply: Option<Replier<EncodedReply>>,
+    ) -> Result<(), SendError> {
+        let Some(reply) = reply else {
+            return self.assoc.send_encoded(&self.path, manifest, 0, write);
+        };
+        let remoting = self.assoc.remoting();
+        let id = remoting.asks.register(
+            self.path.address.clone(),
+            self.default_ask_timeout(),
+            Box::new(move |result| {
+                reply.complete(result.map(|bytes| EncodedReply(bytes.to_vec())));
+            }),
+        );
+        let sent = self.assoc.send_encoded(&self.path, manifest, id, write);
+        if let Err(e) = &sent {
+            if let Some(complete) = remoting.asks.take(id) {
+                complete(Err(match e {
+                    SendError::Full => AskError::MailboxFull,
+                    SendError::NotSendable(why) => AskError::NotSendable(why.clone()),
+                }));
+            }
         }
         sent
     }

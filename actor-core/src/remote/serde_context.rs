@@ -14,6 +14,14 @@ thread_local! {
 
 /// Runs `f` with `system` as the decoding system of this thread.
 pub(crate) fn with_system<R>(system: &Arc<SystemShared>, f: impl FnOnce() -> R) -> R {
+    // Nested for the same system (a receiver that delivers on): as it is.
+    let current = CURRENT.with(|c| {
+        c.try_borrow()
+            .is_ok_and(|c| c.as_ref().is_some_and(|s| Arc::ptr_eq(s, system)))
+    });
+    if current {
+        return f();
+    }
     struct Restore(Option<Arc<SystemShared>>);
     impl Drop for Restore {
         fn drop(&mut self) {

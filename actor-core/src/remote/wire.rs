@@ -184,6 +184,9 @@ impl FrameBuf {
     }
 }
 
+/// The payload size a message frame's buffer starts with room for.
+const SMALL_PAYLOAD: usize = 192;
+
 /// Encodes a user message frame, writing the payload straight into the
 /// frame with `write_payload` (no intermediate buffer).
 pub(crate) fn encode_msg<E>(
@@ -194,7 +197,12 @@ pub(crate) fn encode_msg<E>(
     ask: u64,
     write_payload: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
 ) -> Result<Vec<u8>, E> {
-    let mut f = FrameBuf::start(TAG_MSG, 48 + to.len() + from.len() + manifest.len());
+    // Room for the header and a small payload: most messages then need no
+    // second allocation (a realloc and a copy) when their bytes go in.
+    let mut f = FrameBuf::start(
+        TAG_MSG,
+        48 + to.len() + from.len() + manifest.len() + SMALL_PAYLOAD,
+    );
     let b = &mut f.buf;
     // The same layout rmp-serde gives `UserMsg` (a struct as an array).
     rmp::encode::write_array_len(b, 6).expect("vec write");

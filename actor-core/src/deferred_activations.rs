@@ -1,0 +1,158 @@
+//! Activations started while a thread hands on a batch of letters (a
+//! connection's reader going through the frames it has already buffered)
+//! are spawned together when the batch ends, not one by one as each letter
+//! arrives.
+//!
+//! Without this, an actor that keeps up with its sender goes idle between
+//! two letters of one batch, and each letter then spawns an activation and
+//! wakes a worker thread: under load a wake (a futex or eventfd write and a
+//! context switch) per message, which costs more than handling it. With
+//! it, an actor is woken at most once per batch and takes its letters
+//! together. A batch is only what the reader already holds, bounded in
+//! frames, so the delay it adds is the time to decode that many frames.
+
+use crate::cell::AnyCell;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+thread_local! {
+    static DEFERRED: RefCell<Deferred> = const {
+        RefCell::new(Deferred {
+            active: false,
+            cells: Vec::new(),
+        })
+    };
+}
+
+struct Deferred {
+    /// A batch is open on this thread.
+    active: bool,
+    /// Actors whose activation was claimed during the batch.
+    cells: Vec<Arc<dyn AnyCell>>,
+}
+
+/// An open batch on this thread: while it lives, activations claimed on
+/// this thread are held back; dropping it spawns them. Never held across an
+/// `.await` (the task could move to another thread).
+pub(crate) struct DeferActivations(());
+
+impl DeferActivations {
+    /// Opens a batch on this thread; `None` if one is open already (the
+    /// outer one spawns).
+    pub(crate) fn begin() -> Option<Self> {
+        DEFERRED
+            .try_with(|d| {
+                let mut d = d.try_borrow_mut().ok()?;
+                if d.active {
+                    return None;
+                }
+                d.active = true;
+                Some(DeferActivations(()))
+            })
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for DeferActivations {
+    fn drop(&mut self) {
+        let cells = DEFERRED.try_with(|d| {
+            let mut d = d.borrow_mut();
+            d.active = false;
+            std::mem::take(&mut d.cells)
+        });
+        let Ok(mut cells) = cells else { return };
+        for cell in cells.drain(..) {
+            cell.spawn_activation();
+        }
+        // Keep the vector's room for the next batch.
+        let _ = DEFERRED.try_with(|d| {
+            if let Ok(mut d) = d.try_borrow_mut() {
+                if d.cells.capacity() < cells.capacity() {
+                    d.cells = cells;
+                }
+            }
+        });
+    }
+}
+
+/// Holds back the activation of `cell` (claimed for it) if a batch is open
+/// on this thread; gives it back otherwise.
+pub(crate) fn defer(cell: Arc<dyn AnyCell>) -> Result<(), Arc<dyn AnyCell>> {
+    let mut cell = Some(cell);
+    let deferred = DEFERRED.try_with(|d| match d.try_borrow_mut() {
+        Ok(mut d) if d.active => {
+            d.cells.extend(cell.take());
+            true
+        }
+        _ => false,
+    });
+    match (deferred, cell) {
+        (Ok(true), _) => Ok(()),
+        (_, Some(cell)) => Err(cell),
+        (_, None) => unreachable!("a cell is only taken when it is deferred"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prelude::*;
+    use crate::rt;
+
+    #[derive(Message)]
+    struct Tick;
+
+    #[derive(Message)]
+    #[message(reply = u32)]
+    struct Ticks;
+
+    #[derive(Default)]
+    struct Counter(u32);
+    impl Actor for Counter {}
+
+    #[handlers]
+    impl Counter {
+        async fn tick(&mut self, _m: Tick) {
+            self.0 += 1;
+        }
+        async fn ticks(&mut self, _m: Ticks) -> u32 {
+            self.0
+        }
+    }
+
+    fn held_back() -> usize {
+        DEFERRED.with(|d| d.borrow().cells.len())
+    }
+
+    #[test]
+    fn a_batch_starts_one_activation_per_actor_at_its_end() {
+        rt::block_on(async {
+            let system = ActorSystem::new("deferred").unwrap();
+            let a = system.spawn(Counter::default());
+            let b = system.spawn(Counter::default());
+            // Both idle (their first activations ran).
+            assert_eq!(a.ask(Ticks).await.unwrap(), 0);
+            assert_eq!(b.ask(Ticks).await.unwrap(), 0);
+            {
+                let batch = DeferActivations::begin().expect("no batch open yet");
+                assert!(DeferActivations::begin().is_none(), "batches do not nest");
+                for _ in 0..3 {
+                    a.tell(Tick).unwrap();
+                    b.tell(Tick).unwrap();
+                }
+                // Six letters, two activations held back.
+                assert_eq!(held_back(), 2);
+                drop(batch);
+            }
+            assert_eq!(held_back(), 0);
+            assert_eq!(a.ask(Ticks).await.unwrap(), 3);
+            assert_eq!(b.ask(Ticks).await.unwrap(), 3);
+            // Outside a batch nothing is held back.
+            a.tell(Tick).unwrap();
+            assert_eq!(held_back(), 0);
+            assert_eq!(a.ask(Ticks).await.unwrap(), 4);
+            system.shutdown().await;
+        });
+    }
+}

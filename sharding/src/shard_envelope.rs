@@ -1,0 +1,119 @@
+//! An entity's message on its way to the region of another node, in its
+//! wire form: a MessagePack array of the entity id, the shard id, the
+//! message's manifest and then the message itself, as its own codec wrote
+//! it. The message is written once, straight into the frame, and read in
+//! place on the other side (no envelope type with a copy of its bytes).
+//!
+//! The receiving node's region reads it on the connection's reader (see
+//! `RegionShared::receive_remote`); the entity type is the region's own.
+
+/// The manifest of the envelope on the wire.
+pub(crate) const MANIFEST: &str = "troupe.sharding.ShardEnvelope";
+
+/// An envelope read in place.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ShardEnvelopeRef<'a> {
+    pub(crate) entity: &'a str,
+    pub(crate) shard: &'a str,
+    /// The manifest of the message inside.
+    pub(crate) manifest: &'a str,
+    /// The message's own bytes.
+    pub(crate) payload: &'a [u8],
+}
+
+/// Writes the envelope of a message for `entity` of `shard` at the end of
+/// `buf`; `message` appends the message's bytes (in `manifest`'s form).
+pub(crate) fn write(
+    buf: &mut Vec<u8>,
+    entity: &str,
+    shard: &str,
+    manifest: &str,
+    message: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+) -> Result<(), String> {
+    // Writing to a Vec cannot fail.
+    rmp::encode::write_array_len(buf, 4).map_err(|e| e.to_string())?;
+    rmp::encode::write_str(buf, entity).map_err(|e| e.to_string())?;
+    rmp::encode::write_str(buf, shard).map_err(|e| e.to_string())?;
+    rmp::encode::write_str(buf, manifest).map_err(|e| e.to_string())?;
+    message(buf)
+}
+
+/// Reads an envelope from untrusted bytes: an error, never a panic.
+pub(crate) fn read(bytes: &[u8]) -> Result<ShardEnvelopeRef<'_>, String> {
+    let mut rest = bytes;
+    let len =
+        rmp::decode::read_array_len(&mut rest).map_err(|e| format!("a shard envelope: {e}"))?;
+    if len != 4 {
+        return Err(format!("a shard envelope of {len} fields (4 expected)"));
+    }
+    let (entity, rest) = read_str(rest, "entity id")?;
+    let (shard, rest) = read_str(rest, "shard id")?;
+    let (manifest, rest) = read_str(rest, "manifest")?;
+    if rest.is_empty() {
+        return Err("a shard envelope without its message".into());
+    }
+    Ok(ShardEnvelopeRef {
+        entity,
+        shard,
+        manifest,
+        payload: rest,
+    })
+}
+
+fn read_str<'a>(bytes: &'a [u8], what: &str) -> Result<(&'a str, &'a [u8]), String> {
+    rmp::decode::read_str_from_slice(bytes)
+        .map_err(|e| format!("the {what} of a shard envelope: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn an_envelope_reads_back_what_was_written() {
+        let mut buf = vec![9, 9];
+        write(&mut buf, "e-1", "17", "bench.Body", |b| {
+            b.extend_from_slice(&[0x91, 0x05]);
+            Ok(())
+        })
+        .unwrap();
+        let env = read(&buf[2..]).unwrap();
+        assert_eq!(
+            env,
+            ShardEnvelopeRef {
+                entity: "e-1",
+                shard: "17",
+                manifest: "bench.Body",
+                payload: &[0x91, 0x05],
+            }
+        );
+    }
+
+    #[test]
+    fn a_message_that_fails_to_encode_fails_the_envelope() {
+        let mut buf = Vec::new();
+        let r = write(&mut buf, "e", "s", "m", |_| Err("no".into()));
+        assert_eq!(r, Err("no".to_string()));
+    }
+
+    #[test]
+    fn bad_envelopes_are_errors() {
+        assert!(read(&[]).is_err());
+        // An array of 3.
+        assert!(read(&[0x93, 0xa1, b'a', 0xa1, b'b', 0xa1, b'c']).is_err());
+        // Four fields, no message.
+        assert!(read(&[0x94, 0xa1, b'a', 0xa1, b'b', 0xa1, b'c']).is_err());
+        // A field that is no string.
+        assert!(read(&[0x94, 0x01, 0xa1, b'b', 0xa1, b'c', 0xc0]).is_err());
+        // Invalid UTF-8.
+        assert!(read(&[0x94, 0xa1, 0xff, 0xa1, b'b', 0xa1, b'c', 0xc0]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_read_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = read(&bytes);
+        }
+    }
+}
