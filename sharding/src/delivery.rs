@@ -106,15 +106,27 @@ impl<E: Entity> Delivery<E> {
         })
     }
 
-    /// Sends the message to the region of another node.
+    /// Sends the message to the region of another node. A tell that the
+    /// queue to that node has no room for is handed back (to wait in the
+    /// region's buffer and go again: it was accepted); an ask is failed
+    /// with the reason instead.
     pub(crate) fn send_remote(
         self,
         system: &ActorSystem,
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
-    ) {
-        let Delivery { entity, body, .. } = self;
-        body.send_remote(system, entity, shard, to);
+    ) -> Result<(), Self> {
+        let Delivery {
+            entity,
+            body,
+            counted,
+        } = self;
+        body.send_remote(system, &entity, shard, to)
+            .map_err(|body| Delivery {
+                entity,
+                body,
+                counted,
+            })
     }
 
     /// Tells the asker (if any) why the message was not delivered.
@@ -146,13 +158,14 @@ pub(crate) trait Body<E: Entity>: Send {
         system: &ActorSystem,
         to: &ActorRef<E>,
     ) -> Result<(), Box<dyn Body<E>>>;
+    /// Hands back a tell that the queue to the node has no room for.
     fn send_remote(
         self: Box<Self>,
         system: &ActorSystem,
-        entity: EntityId,
+        entity: &str,
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
-    );
+    ) -> Result<(), Box<dyn Body<E>>>;
     fn fail(self: Box<Self>, error: AskError);
     fn manifest(&self) -> &str;
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
@@ -187,17 +200,18 @@ where
     fn send_remote(
         self: Box<Self>,
         system: &ActorSystem,
-        entity: EntityId,
+        entity: &str,
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
-    ) {
-        if let Err(e) = (*self).send_remote(system, &entity, shard, to) {
+    ) -> Result<(), Box<dyn Body<E>>> {
+        match (*self).send_remote(system, entity, shard, to) {
+            Ok(()) => Ok(()),
+            Err(ShardingTellError::NodeQueueFull(msg)) => {
+                Err(Box::new(Typed { msg, reply: None }))
+            }
             // Forwarded by the region, after the sender was told it was
-            // accepted: nothing to hand back to.
-            tracing::error!(
-                "sharding: a `{}` for entity `{entity}` was lost on its way to {to}: {e}",
-                M::manifest()
-            );
+            // accepted, and it can never be sent (logged where it failed).
+            Err(_) => Ok(()),
         }
     }
     fn fail(self: Box<Self>, error: AskError) {
@@ -300,26 +314,36 @@ impl<E: Entity> Body<E> for Encoded {
     fn send_remote(
         self: Box<Self>,
         system: &ActorSystem,
-        entity: EntityId,
+        entity: &str,
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
-    ) {
+    ) -> Result<(), Box<dyn Body<E>>> {
         let Encoded {
             manifest,
             payload,
             reply,
         } = *self;
+        let asked = reply.is_some();
         let write = |buf: &mut Vec<u8>| {
-            shard_envelope::write(buf, &entity, shard, &manifest, |b| {
+            shard_envelope::write(buf, entity, shard, &manifest, |b| {
                 b.extend_from_slice(&payload);
                 Ok(())
             })
         };
         // An ask's reply channel is failed with the reason.
-        if let Err(e) = system.send_encoded(to, shard_envelope::MANIFEST, write, reply) {
-            tracing::warn!(
-                "sharding: a `{manifest}` for entity `{entity}` was lost on its way to region {to}: {e}"
-            );
+        match system.send_encoded(to, shard_envelope::MANIFEST, write, reply) {
+            Ok(()) => Ok(()),
+            Err(SendEncodedError::Full) if !asked => Err(Box::new(Encoded {
+                manifest,
+                payload,
+                reply: None,
+            })),
+            Err(e) => {
+                tracing::warn!(
+                    "sharding: a `{manifest}` for entity `{entity}` was lost on its way to region {to}: {e}"
+                );
+                Ok(())
+            }
         }
     }
 
@@ -409,10 +433,10 @@ impl<E: Entity> Body<E> for StartEntity {
     fn send_remote(
         self: Box<Self>,
         system: &ActorSystem,
-        entity: EntityId,
+        entity: &str,
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
-    ) {
+    ) -> Result<(), Box<dyn Body<E>>> {
         // On the wire it is an encoded message with its own manifest.
         // No body: a MessagePack nil in its place.
         let encoded = Box::new(Encoded {
@@ -420,7 +444,7 @@ impl<E: Entity> Body<E> for StartEntity {
             payload: vec![0xc0],
             reply: None,
         });
-        <Encoded as Body<E>>::send_remote(encoded, system, entity, shard, to);
+        <Encoded as Body<E>>::send_remote(encoded, system, entity, shard, to)
     }
 
     fn fail(self: Box<Self>, _error: AskError) {}

@@ -439,6 +439,13 @@ pub struct Region<E: Entity> {
     /// of local senders wait in the buffer behind them until
     /// `ShardFlushed` (with the old home, and since when).
     awaiting_flush: HashMap<ShardId, (RegionId, Instant)>,
+    /// When the last "queue to a node is full" line was logged.
+    last_queue_full_log: Option<Instant>,
+    /// Shards whose messages wait in the buffer for room in the queue to
+    /// their home's node (see `ResendHeld`).
+    held: HashSet<ShardId>,
+    /// A `ResendHeld` timer is running.
+    resend_pending: bool,
     /// Shards whose home was asked for (and when).
     requested: HashMap<ShardId, Instant>,
     /// The home of each shard hosted by another region.
@@ -454,6 +461,14 @@ pub struct Region<E: Entity> {
     /// The shares of the limit are about to be sent again.
     share_pending: bool,
 }
+
+/// Time to send again the messages held for a full queue to a node.
+#[derive(Message, Clone)]
+struct ResendHeld;
+
+/// How soon held messages are sent again: the queue to a node drains at
+/// the speed of the link, so soon, but not in a busy loop.
+const RESEND_HELD_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Time to send the hosted shards their shares of the limit.
 #[derive(Message, Clone)]
@@ -514,6 +529,9 @@ impl<E: Entity> Region<E> {
             shards: HashMap::new(),
             handing_off: HashSet::new(),
             awaiting_flush: HashMap::new(),
+            last_queue_full_log: None,
+            held: HashSet::new(),
+            resend_pending: false,
             requested: HashMap::new(),
             remote_homes: HashMap::new(),
             removed: HashSet::new(),
@@ -608,7 +626,16 @@ impl<E: Entity> Region<E> {
                     None => self.buffer(route, delivery),
                 }
             }
-            Home::Remote(region) => delivery.send_remote(&self.shared.system, shard, region),
+            Home::Remote(region) => {
+                if let Err(d) = delivery.send_remote(&self.shared.system, shard, region) {
+                    // The queue to that node is full: it waits here, and
+                    // the messages behind it too, until the shard's home
+                    // is asked for again (`Retry`).
+                    drop(home);
+                    self.note_node_queue_full(shard);
+                    self.buffer(route, d);
+                }
+            }
             Home::Unknown => {
                 drop(home);
                 self.buffer(route, delivery);
@@ -649,6 +676,56 @@ impl<E: Entity> Region<E> {
             .push_back(delivery);
         if !self.handing_off.contains(&route.shard) {
             self.request_home(&route.shard.clone());
+        }
+    }
+
+    /// Sends the messages buffered for `shard` to its home in another
+    /// node's region, in order, as far as the queue to that node has room;
+    /// the rest wait for `ResendHeld`.
+    fn send_buffer_to(
+        &mut self,
+        shard: &ShardId,
+        route: &Arc<ShardRoute<E>>,
+        remote: &ActorRef<Region<E>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let mut waiting = self.take_buffer(shard);
+        while let Some(d) = waiting.pop_front() {
+            if let Err(d) = d.send_remote(&self.shared.system, shard, remote) {
+                // This one and those behind it wait, in order.
+                self.note_node_queue_full(shard);
+                self.buffer(route, d);
+                for d in waiting.drain(..) {
+                    self.buffer(route, d);
+                }
+            }
+        }
+        self.resend_held_soon(ctx);
+    }
+
+    /// Starts the timer that sends held messages again, if some wait.
+    fn resend_held_soon(&mut self, ctx: &mut Context<Self>) {
+        if !self.held.is_empty() && !self.resend_pending {
+            self.resend_pending = true;
+            ctx.start_single_timer("resend-held", ResendHeld, RESEND_HELD_AFTER);
+        }
+    }
+
+    /// Notes that messages for `shard` wait for room in the queue to its
+    /// home's node, and logs it (at most once a second).
+    fn note_node_queue_full(&mut self, shard: &ShardId) {
+        self.held.insert(shard.clone());
+        let now = Instant::now();
+        if self
+            .last_queue_full_log
+            .is_none_or(|at| now.duration_since(at).as_secs() >= 1)
+        {
+            self.last_queue_full_log = Some(now);
+            tracing::warn!(
+                "sharding: the queue to the node hosting shard {shard} of `{}` is full; its \
+                 messages wait in this region's buffer and are sent again in order",
+                E::TYPE_NAME
+            );
         }
     }
 
@@ -771,9 +848,7 @@ impl<E: Entity> Region<E> {
             };
             route.set_home(Home::Remote(remote.clone()));
             self.remote_homes.insert(shard.clone(), region);
-            for d in self.take_buffer(&shard) {
-                d.send_remote(&self.shared.system, &shard, &remote);
-            }
+            self.send_buffer_to(&shard, &route, &remote, ctx);
             Some(remote)
         }
     }
@@ -798,7 +873,7 @@ impl<E: Entity> Region<E> {
 
 #[handlers]
 impl<E: Entity> Region<E> {
-    async fn on_route(&mut self, msg: Route<E>) {
+    async fn on_route(&mut self, msg: Route<E>, ctx: &mut Context<Self>) {
         let Route {
             route,
             delivery,
@@ -817,6 +892,26 @@ impl<E: Entity> Region<E> {
             }
         }
         self.route(&route, delivery);
+        self.resend_held_soon(ctx);
+    }
+
+    async fn on_resend_held(&mut self, _msg: ResendHeld, ctx: &mut Context<Self>) {
+        self.resend_pending = false;
+        for shard in std::mem::take(&mut self.held) {
+            if !self.buffers.contains_key(&shard) {
+                continue;
+            }
+            let route = self.shared.route(&shard);
+            let remote = match &*route.read_home() {
+                Home::Remote(r) => Some(r.clone()),
+                // Moved meanwhile: the buffer goes with the new home.
+                _ => None,
+            };
+            if let Some(remote) = remote {
+                self.send_buffer_to(&shard, &route, &remote, ctx);
+            }
+        }
+        self.resend_held_soon(ctx);
     }
 
     async fn on_retry(&mut self, _msg: Retry, ctx: &mut Context<Self>) {

@@ -5,7 +5,8 @@
 //! (`ClusterShardingMinMembersSpec`), a custom allocation strategy
 //! (`ClusterShardingCustomShardAllocationSpec`), the queries
 //! (`ClusterShardingGetStatsSpec`, `ClusterShardingQueriesSpec`), and a
-//! full buffer while no shard can be allocated.
+//! full buffer while no shard can be allocated, and a full queue to the
+//! node that hosts a shard.
 
 mod support;
 
@@ -585,5 +586,66 @@ fn shards_the_strategy_moves_go_where_it_says_and_wait_while_it_has_no_home_for_
         assert_no_shard_twice(&all).await;
         assert_eq!(probe.state(|p| p.max_alive), 1);
         shutdown_all(nodes).await;
+    });
+}
+
+#[test]
+fn messages_buffered_for_a_node_whose_queue_is_full_wait_and_all_arrive_in_order() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = sharding_settings();
+        let host = start_nodes(1, &probe, settings.clone()).remove(0);
+        // A proxy whose queue to each node holds a few frames: the burst
+        // it buffers while the shard is allocated cannot all go at once.
+        let mut remote = troupe_core::remote::RemoteSettings::new("127.0.0.1:0")
+            .with_secret("sharding-test")
+            .with_fault_injection();
+        remote.outbound_queue_size = 32;
+        let system = troupe_core::ActorSystem::builder("shard")
+            .remote(remote)
+            .build()
+            .unwrap();
+        let cluster =
+            troupe_cluster::Cluster::start(&system, cluster_settings(&[host.address()])).unwrap();
+        let sharding = troupe_sharding::ClusterSharding::new(&system, &cluster).unwrap();
+        let proxy = Node {
+            system,
+            cluster,
+            sharding,
+        };
+        proxy
+            .sharding
+            .start_proxy::<Counter>(settings.clone())
+            .unwrap();
+        all_up(&[&host, &proxy], 2).await;
+        let burst = proxy.counter("burst");
+        const N: u64 = 3000;
+        let mut refused = 0;
+        for n in 0..N {
+            loop {
+                match burst.tell(Seq(n)) {
+                    Ok(()) => break,
+                    // Refused, not accepted: the sender tries again.
+                    Err(ShardingTellError::NodeQueueFull(_)) => {
+                        refused += 1;
+                        rt::yield_now().await;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        }
+        eventually("every message of the burst arrived", async || {
+            probe.state(|p| p.received.get("burst").map_or(0, |v| v.len()) as u64 >= N)
+        })
+        .await;
+        probe.state(|p| {
+            let want: Vec<u64> = (0..N).collect();
+            assert_eq!(
+                p.received["burst"], want,
+                "once and in order ({refused} sends refused and tried again)"
+            );
+        });
+        shutdown_all([host, proxy]).await;
     });
 }
