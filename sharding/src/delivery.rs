@@ -206,9 +206,7 @@ where
     ) -> Result<(), Box<dyn Body<E>>> {
         match (*self).send_remote(system, entity, shard, to) {
             Ok(()) => Ok(()),
-            Err(ShardingTellError::NodeQueueFull(msg)) => {
-                Err(Box::new(Typed { msg, reply: None }))
-            }
+            Err(ShardingTellError::NodeQueueFull(msg)) => Err(Box::new(Typed { msg, reply: None })),
             // Forwarded by the region, after the sender was told it was
             // accepted, and it can never be sent (logged where it failed).
             Err(_) => Ok(()),
