@@ -288,7 +288,8 @@ impl ActorSystem {
 
     /// Encodes `msg` (whose type must be registered on this node) at the
     /// end of `buf`, and gives its manifest: for an envelope that carries
-    /// the message inside its own bytes without a copy.
+    /// the message inside its own bytes without a copy. On an error `buf`
+    /// may hold part of the message: discard it.
     pub fn encode_message_into<M: Message>(
         &self,
         msg: &M,
@@ -375,13 +376,17 @@ impl ActorSystem {
     /// never block): it may deliver the bytes wherever they belong (with
     /// [`deliver_encoded`](Self::deliver_encoded), say) or queue them for
     /// the actor as a message of its own. Its error is logged (rate-limited)
-    /// as bad input from that node.
+    /// as bad input from that node, except `DeliverError::Stopped`.
     ///
     /// `manifest` may be one of its own, with no Rust type behind it (its
     /// bytes are sent with [`send_encoded`](Self::send_encoded)), or that
     /// of a registered message type. [`deliver_encoded`](Self::deliver_encoded)
-    /// to an `A` goes through `receive` too. Registering again replaces the
-    /// receiver.
+    /// to an `A` goes through `receive` too.
+    ///
+    /// Register it before the first such message can arrive (when the
+    /// actor type is set up): each connection looks up how a manifest is
+    /// delivered once and keeps the answer, and so does an
+    /// [`EncodedDelivery`].
     ///
     /// ```
     /// use troupe_core::prelude::*;
@@ -428,7 +433,8 @@ impl ActorSystem {
     /// ask reaches `reply` still encoded.
     ///
     /// On failure the error says why, and `reply` (if any) is failed with
-    /// the reason.
+    /// the reason. A send that the full queue to the node refuses is not
+    /// recorded as a dead letter: the caller still has the message.
     pub fn send_encoded<A: Actor>(
         &self,
         to: &ActorRef<A>,

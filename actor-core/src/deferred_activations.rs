@@ -10,6 +10,10 @@
 //! it, an actor is woken at most once per batch and takes its letters
 //! together. A batch is only what the reader already holds, bounded in
 //! frames, so the delay it adds is the time to decode that many frames.
+//!
+//! An actor with a bounded mailbox does not drain it during a batch: one
+//! batch can bring it up to `FRAME_BATCH` (32) letters (more than that
+//! are refused as for any full mailbox, and logged).
 
 use crate::cell::AnyCell;
 use std::cell::RefCell;

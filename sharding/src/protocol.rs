@@ -1,6 +1,6 @@
 //! The messages between regions and the coordinator, named as in Akka's
-//! `ShardCoordinator.Internal`, and the envelope that carries an entity's
-//! message to the region of another node.
+//! `ShardCoordinator.Internal` (an entity's own message travels in the
+//! envelope of `shard_envelope.rs`).
 
 use crate::allocation::RegionId;
 use crate::extractor::ShardId;

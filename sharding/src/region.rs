@@ -38,7 +38,7 @@ use troupe_cluster::ddata::Replicator;
 use troupe_cluster::singleton::SingletonProxy;
 use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState};
 use troupe_core::prelude::*;
-use troupe_core::{AskError, DeliverError, InboundMessage, Props, Replier};
+use troupe_core::{AskError, DeliverError, InboundMessage, Props, Replier, TellError};
 
 /// The region actor's name under `/system`.
 pub(crate) fn region_name(type_name: &str) -> String {
@@ -269,14 +269,17 @@ impl<E: Entity> RegionShared<E> {
             }
         }
         let reserved = matches!(&*route.read_home(), Home::Unknown);
+        // A message from another node was accepted there already: it is
+        // never refused here (the buffer may go over its size for it).
         let full = if reserved {
             let before = self.buffered.fetch_add(1, Ordering::AcqRel);
-            if before >= self.settings.buffer_size {
+            let full = before >= self.settings.buffer_size && !from_remote;
+            if full {
                 self.buffered.fetch_sub(1, Ordering::AcqRel);
             }
-            before >= self.settings.buffer_size
+            full
         } else {
-            self.buffered.load(Ordering::Relaxed) >= self.settings.buffer_size
+            !from_remote && self.buffered.load(Ordering::Relaxed) >= self.settings.buffer_size
         };
         if full {
             self.note_overflow();
@@ -446,6 +449,15 @@ pub struct Region<E: Entity> {
     held: HashSet<ShardId>,
     /// A `ResendHeld` timer is running.
     resend_pending: bool,
+    /// The message being routed holds a place in the buffer already (see
+    /// `on_route`).
+    place_taken: bool,
+    /// `ShardFlushed` markers for the new homes of shards whose held
+    /// messages have not all gone yet: each goes behind the last of them.
+    flush_markers: HashMap<ShardId, ActorRef<Region<E>>>,
+    /// Hand-off acknowledgements that the full queue to the old home did
+    /// not take: they must go through it, behind what it queued before.
+    held_acks: Vec<(ActorRef<Region<E>>, BeginHandOffAck)>,
     /// Shards whose home was asked for (and when).
     requested: HashMap<ShardId, Instant>,
     /// The home of each shard hosted by another region.
@@ -532,6 +544,9 @@ impl<E: Entity> Region<E> {
             last_queue_full_log: None,
             held: HashSet::new(),
             resend_pending: false,
+            place_taken: false,
+            flush_markers: HashMap::new(),
+            held_acks: Vec::new(),
             requested: HashMap::new(),
             remote_homes: HashMap::new(),
             removed: HashSet::new(),
@@ -629,8 +644,7 @@ impl<E: Entity> Region<E> {
             Home::Remote(region) => {
                 if let Err(d) = delivery.send_remote(&self.shared.system, shard, region) {
                     // The queue to that node is full: it waits here, and
-                    // the messages behind it too, until the shard's home
-                    // is asked for again (`Retry`).
+                    // the messages behind it too, for `ResendHeld`.
                     drop(home);
                     self.note_node_queue_full(shard);
                     self.buffer(route, d);
@@ -669,12 +683,17 @@ impl<E: Entity> Region<E> {
             return;
         }
         delivery.count_in(route, Via::Region);
-        self.shared.buffered.fetch_add(1, Ordering::Relaxed);
+        // A message that took its place when it was sent keeps it.
+        if !std::mem::take(&mut self.place_taken) {
+            self.shared.buffered.fetch_add(1, Ordering::Relaxed);
+        }
         self.buffers
             .entry(route.shard.clone())
             .or_default()
             .push_back(delivery);
-        if !self.handing_off.contains(&route.shard) {
+        // A shard held for a full queue has a home (the retry tick still
+        // asks, in case that home goes away).
+        if !self.handing_off.contains(&route.shard) && !self.held.contains(&route.shard) {
             self.request_home(&route.shard.clone());
         }
     }
@@ -703,9 +722,44 @@ impl<E: Entity> Region<E> {
         self.resend_held_soon(ctx);
     }
 
+    /// Tells each new home whose messages from here have all gone that
+    /// they have (`ShardFlushed`); a marker the full queue does not take
+    /// waits for the next `ResendHeld`.
+    fn send_flush_markers(&mut self, ctx: &mut Context<Self>) {
+        let ready: Vec<ShardId> = self
+            .flush_markers
+            .keys()
+            .filter(|s| !self.buffers.contains_key(*s))
+            .cloned()
+            .collect();
+        for shard in ready {
+            let Some(new_home) = self.flush_markers.remove(&shard) else {
+                continue;
+            };
+            let flushed = ShardFlushed {
+                shard: shard.clone(),
+                region: self.me.clone(),
+            };
+            match new_home.tell(flushed) {
+                Ok(()) => {}
+                Err(TellError::MailboxFull(_)) => {
+                    self.flush_markers.insert(shard, new_home);
+                }
+                Err(e) => tracing::warn!(
+                    "sharding: cannot tell the new home of shard {shard} of `{}` that its \
+                     messages were sent: {e}",
+                    E::TYPE_NAME
+                ),
+            }
+        }
+        self.resend_held_soon(ctx);
+    }
+
     /// Starts the timer that sends held messages again, if some wait.
     fn resend_held_soon(&mut self, ctx: &mut Context<Self>) {
-        if !self.held.is_empty() && !self.resend_pending {
+        let waiting =
+            !self.held.is_empty() || !self.flush_markers.is_empty() || !self.held_acks.is_empty();
+        if waiting && !self.resend_pending {
             self.resend_pending = true;
             ctx.start_single_timer("resend-held", ResendHeld, RESEND_HELD_AFTER);
         }
@@ -859,7 +913,11 @@ impl<E: Entity> Region<E> {
     /// handed off wait here for the new homes; stopping earlier would drop
     /// them).
     fn finish_shutdown_if_done(&mut self, ctx: &mut Context<Self>) {
-        if self.shutting_down.is_some() && self.shards.is_empty() && self.buffers.is_empty() {
+        if self.shutting_down.is_some()
+            && self.shards.is_empty()
+            && self.buffers.is_empty()
+            && self.flush_markers.is_empty()
+        {
             let _ = self.coordinator.tell(RegionStopped {
                 region: self.me.clone(),
             });
@@ -880,18 +938,24 @@ impl<E: Entity> Region<E> {
             reserved,
             from_remote,
         } = msg;
-        if reserved {
-            // Its place is taken again by `buffer` if it is buffered (it
-            // is counted in its route, so it is not refused there).
-            self.shared.buffered.fetch_sub(1, Ordering::AcqRel);
-        }
+        // A place in the buffer it took when it was sent: `buffer` keeps
+        // it if it is buffered; otherwise it is given back below. (Giving
+        // it back first and taking it again let a sender slip past the
+        // limit in between.)
+        self.place_taken = reserved;
         if from_remote && self.awaiting_flush.contains_key(&route.shard) {
             if let Some((actor, _)) = self.shards.get(&route.shard) {
                 let actor = actor.clone();
-                return self.hand_to_shard(&route, &actor, delivery);
+                self.hand_to_shard(&route, &actor, delivery);
+            } else {
+                self.route(&route, delivery);
             }
+        } else {
+            self.route(&route, delivery);
         }
-        self.route(&route, delivery);
+        if std::mem::take(&mut self.place_taken) {
+            self.shared.buffered.fetch_sub(1, Ordering::AcqRel);
+        }
         self.resend_held_soon(ctx);
     }
 
@@ -911,7 +975,17 @@ impl<E: Entity> Region<E> {
                 self.send_buffer_to(&shard, &route, &remote, ctx);
             }
         }
-        self.resend_held_soon(ctx);
+        for (old, ack) in std::mem::take(&mut self.held_acks) {
+            match old.tell(ack) {
+                Ok(()) => {}
+                Err(TellError::MailboxFull(ack)) => self.held_acks.push((old, ack)),
+                Err(e) => {
+                    let _ = self.coordinator.tell(e.into_message());
+                }
+            }
+        }
+        self.send_flush_markers(ctx);
+        self.finish_shutdown_if_done(ctx);
     }
 
     async fn on_retry(&mut self, _msg: Retry, ctx: &mut Context<Self>) {
@@ -929,7 +1003,8 @@ impl<E: Entity> Region<E> {
             .collect();
         for shard in late {
             tracing::warn!(
-                "sharding: the messages that the old home of shard {shard} of `{}` held did not                  come within handoff-timeout; delivering those sent here since",
+                "sharding: the messages that the old home of shard {shard} of `{}` held did not \
+                 come within handoff-timeout; delivering those sent here since",
                 E::TYPE_NAME
             );
             let me = self.me.clone();
@@ -995,17 +1070,10 @@ impl<E: Entity> Region<E> {
     async fn on_flush_shard(&mut self, msg: FlushShard, ctx: &mut Context<Self>) {
         let FlushShard { shard, home } = msg;
         if let Some(new_home) = self.publish_home(shard.clone(), home, ctx) {
-            // Behind the messages, on the same link.
-            let flushed = ShardFlushed {
-                shard,
-                region: self.me.clone(),
-            };
-            if let Err(e) = new_home.tell(flushed) {
-                tracing::warn!(
-                    "sharding: cannot tell the new home of a shard of `{}` that its messages                      were sent: {e}",
-                    E::TYPE_NAME
-                );
-            }
+            // Behind the messages, on the same link: once the last of
+            // them has gone (some may wait for room in the queue).
+            self.flush_markers.insert(shard, new_home);
+            self.send_flush_markers(ctx);
         }
         self.finish_shutdown_if_done(ctx);
     }
@@ -1024,7 +1092,7 @@ impl<E: Entity> Region<E> {
         let _ = self.coordinator.tell(msg);
     }
 
-    async fn on_begin_hand_off(&mut self, msg: BeginHandOff) {
+    async fn on_begin_hand_off(&mut self, msg: BeginHandOff, ctx: &mut Context<Self>) {
         let shard = msg.shard;
         let ack = BeginHandOffAck {
             shard: shard.clone(),
@@ -1056,11 +1124,18 @@ impl<E: Entity> Region<E> {
         // be forwarded later, could be overtaken at the new home by those
         // that waited here (per-sender order lost).
         match home {
-            Some(old) => {
-                if let Err(e) = old.tell(ack) {
+            Some(old) => match old.tell(ack) {
+                Ok(()) => {}
+                // It must not overtake what is queued to the old home.
+                Err(TellError::MailboxFull(ack)) => {
+                    self.held_acks.push((old, ack));
+                    self.resend_held_soon(ctx);
+                }
+                // The old home cannot be reached at all.
+                Err(e) => {
                     let _ = self.coordinator.tell(e.into_message());
                 }
-            }
+            },
             None => {
                 let _ = self.coordinator.tell(ack);
             }

@@ -8,7 +8,9 @@
 //! `RegionShared::receive_remote`); the entity type is the region's own.
 
 /// The manifest of the envelope on the wire.
-pub(crate) const MANIFEST: &str = "troupe.sharding.ShardEnvelope";
+/// (Version 2: the message in place. Version 1 carried its bytes as a
+/// MessagePack `bin` in a four-field array, which this one would misread.)
+pub(crate) const MANIFEST: &str = "troupe.sharding.ShardEnvelope.v2";
 
 /// An envelope read in place.
 #[derive(Debug, PartialEq, Eq)]

@@ -148,10 +148,11 @@ impl Association {
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
     ) -> Result<(), SendError> {
         let frame = self.encode_frame(to, "", manifest, ask, write)?;
+        // Not recorded as a dead letter: the caller still has the message
+        // (and may keep it to send again).
         if self.enqueue(Stream::Ordinary, frame) {
             Ok(())
         } else {
-            self.overflow(manifest);
             Err(SendError::Full)
         }
     }
