@@ -969,9 +969,20 @@ impl<A: Actor> ActorCell<A> {
     pub(crate) fn schedule(self: &Arc<Self>) {
         if self.try_claim() {
             // Held back while this thread hands on a batch of letters.
-            if let Err(cell) = crate::deferred_activations::defer(self.clone()) {
-                cell.spawn_activation();
+            if crate::deferred_activations::is_open() {
+                return self.defer_activation();
             }
+            rt::spawn_detached(Activation::new(self.clone()));
+        }
+    }
+
+    /// The claimed activation waits for the end of this thread's batch
+    /// (out of line: the common path of `schedule` stays small).
+    #[cold]
+    #[inline(never)]
+    fn defer_activation(self: &Arc<Self>) {
+        if let Err(cell) = crate::deferred_activations::defer(self.clone()) {
+            cell.spawn_activation();
         }
     }
 

@@ -16,10 +16,13 @@
 //! are refused as for any full mailbox, and logged).
 
 use crate::cell::AnyCell;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 thread_local! {
+    /// A batch is open on this thread: the one check every `schedule`
+    /// makes (a plain load), so that threads without one pay nothing more.
+    static OPEN: Cell<bool> = const { Cell::new(false) };
     static DEFERRED: RefCell<Deferred> = const {
         RefCell::new(Deferred {
             active: false,
@@ -51,6 +54,7 @@ impl DeferActivations {
                     return None;
                 }
                 d.active = true;
+                OPEN.with(|o| o.set(true));
                 Some(DeferActivations(()))
             })
             .ok()
@@ -60,6 +64,7 @@ impl DeferActivations {
 
 impl Drop for DeferActivations {
     fn drop(&mut self) {
+        let _ = OPEN.try_with(|o| o.set(false));
         let cells = DEFERRED.try_with(|d| {
             let mut d = d.borrow_mut();
             d.active = false;
@@ -78,6 +83,11 @@ impl Drop for DeferActivations {
             }
         });
     }
+}
+
+/// True while a batch is open on this thread.
+pub(crate) fn is_open() -> bool {
+    OPEN.try_with(Cell::get).unwrap_or(false)
 }
 
 /// Holds back the activation of `cell` (claimed for it) if a batch is open
