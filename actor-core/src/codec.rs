@@ -21,7 +21,7 @@
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::message::Message;
-use crate::remote::registry::{DispatchError, Inbound, ReceiveFn, TypedDispatchFn};
+use crate::remote::registry::{Codec, DispatchError, Inbound, ReceiveFn, TypedDispatchFn};
 use crate::remote::remote_ref::SendError;
 use crate::remote::reply::ReplySink;
 use crate::remote::serde_context;
@@ -273,17 +273,9 @@ impl ActorSystem {
     /// });
     /// ```
     pub fn encode_message<M: Message>(&self, msg: &M) -> Result<EncodedMessage, CodecError> {
-        let codec = self
-            .shared()
-            .registry
-            .codec_of::<M>()
-            .ok_or(CodecError::NotRegistered(std::any::type_name::<M>()))?;
         let mut bytes = Vec::new();
-        (codec.encode)(msg, &mut bytes).map_err(CodecError::Encode)?;
-        Ok(EncodedMessage {
-            manifest: codec.manifest,
-            bytes,
-        })
+        let manifest = self.encode_message_into(msg, &mut bytes)?;
+        Ok(EncodedMessage { manifest, bytes })
     }
 
     /// Encodes `msg` (whose type must be registered on this node) at the
@@ -295,23 +287,23 @@ impl ActorSystem {
         msg: &M,
         buf: &mut Vec<u8>,
     ) -> Result<&'static str, CodecError> {
-        let codec = self
-            .shared()
-            .registry
-            .codec_of::<M>()
-            .ok_or(CodecError::NotRegistered(std::any::type_name::<M>()))?;
+        let codec = self.registered_codec::<M>()?;
         (codec.encode)(msg, buf).map_err(CodecError::Encode)?;
         Ok(codec.manifest)
+    }
+
+    /// The codec of message type `M`, or why there is none.
+    fn registered_codec<M: Message>(&self) -> Result<Codec, CodecError> {
+        self.shared()
+            .registry
+            .codec_of::<M>()
+            .ok_or(CodecError::NotRegistered(std::any::type_name::<M>()))
     }
 
     /// Decodes the encoded reply to a message of type `M` (registered on
     /// this node). Actor references inside it are rebuilt for this system.
     pub fn decode_reply<M: Message>(&self, bytes: &[u8]) -> Result<M::Reply, CodecError> {
-        let codec = self
-            .shared()
-            .registry
-            .codec_of::<M>()
-            .ok_or(CodecError::NotRegistered(std::any::type_name::<M>()))?;
+        let codec = self.registered_codec::<M>()?;
         let any = serde_context::with_system(self.shared(), || (codec.decode_reply)(bytes))
             .map_err(CodecError::Decode)?;
         any.downcast::<M::Reply>()

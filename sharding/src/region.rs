@@ -646,8 +646,7 @@ impl<E: Entity> Region<E> {
                     // The queue to that node is full: it waits here, and
                     // the messages behind it too, for `ResendHeld`.
                     drop(home);
-                    self.note_node_queue_full(shard);
-                    self.buffer(route, d);
+                    self.hold(route, d);
                 }
             }
             Home::Unknown => {
@@ -712,8 +711,7 @@ impl<E: Entity> Region<E> {
         while let Some(d) = waiting.pop_front() {
             if let Err(d) = d.send_remote(&self.shared.system, shard, remote) {
                 // This one and those behind it wait, in order.
-                self.note_node_queue_full(shard);
-                self.buffer(route, d);
+                self.hold(route, d);
                 for d in waiting.drain(..) {
                     self.buffer(route, d);
                 }
@@ -755,6 +753,23 @@ impl<E: Entity> Region<E> {
         self.resend_held_soon(ctx);
     }
 
+    /// Sends the hand-off acknowledgements that wait to go through their
+    /// old homes; one that the full queue to its old home refuses waits
+    /// for `ResendHeld` (it must not overtake what is queued there), and
+    /// one whose old home cannot be reached at all goes to the coordinator.
+    fn send_held_acks(&mut self, ctx: &mut Context<Self>) {
+        for (old, ack) in std::mem::take(&mut self.held_acks) {
+            match old.tell(ack) {
+                Ok(()) => {}
+                Err(TellError::MailboxFull(ack)) => self.held_acks.push((old, ack)),
+                Err(e) => {
+                    let _ = self.coordinator.tell(e.into_message());
+                }
+            }
+        }
+        self.resend_held_soon(ctx);
+    }
+
     /// Starts the timer that sends held messages again, if some wait.
     fn resend_held_soon(&mut self, ctx: &mut Context<Self>) {
         let waiting =
@@ -765,9 +780,11 @@ impl<E: Entity> Region<E> {
         }
     }
 
-    /// Notes that messages for `shard` wait for room in the queue to its
-    /// home's node, and logs it (at most once a second).
-    fn note_node_queue_full(&mut self, shard: &ShardId) {
+    /// Buffers a message that the full queue to its shard's home node
+    /// refused, marks the shard as held (see `ResendHeld`), and logs it (at
+    /// most once a second).
+    fn hold(&mut self, route: &Arc<ShardRoute<E>>, delivery: Delivery<E>) {
+        let shard = &route.shard;
         self.held.insert(shard.clone());
         let now = Instant::now();
         if self
@@ -781,6 +798,7 @@ impl<E: Entity> Region<E> {
                 E::TYPE_NAME
             );
         }
+        self.buffer(route, delivery);
     }
 
     fn take_buffer(&mut self, shard: &ShardId) -> VecDeque<Delivery<E>> {
@@ -943,15 +961,18 @@ impl<E: Entity> Region<E> {
         // it back first and taking it again let a sender slip past the
         // limit in between.)
         self.place_taken = reserved;
-        if from_remote && self.awaiting_flush.contains_key(&route.shard) {
-            if let Some((actor, _)) = self.shards.get(&route.shard) {
-                let actor = actor.clone();
-                self.hand_to_shard(&route, &actor, delivery);
-            } else {
-                self.route(&route, delivery);
-            }
+        // The old home passing on what it held, while this region waits for
+        // it: to the shard, ahead of the local senders' messages held here.
+        let to_shard = if from_remote && self.awaiting_flush.contains_key(&route.shard) {
+            self.shards
+                .get(&route.shard)
+                .map(|(actor, _)| actor.clone())
         } else {
-            self.route(&route, delivery);
+            None
+        };
+        match to_shard {
+            Some(actor) => self.hand_to_shard(&route, &actor, delivery),
+            None => self.route(&route, delivery),
         }
         if std::mem::take(&mut self.place_taken) {
             self.shared.buffered.fetch_sub(1, Ordering::AcqRel);
@@ -975,15 +996,7 @@ impl<E: Entity> Region<E> {
                 self.send_buffer_to(&shard, &route, &remote, ctx);
             }
         }
-        for (old, ack) in std::mem::take(&mut self.held_acks) {
-            match old.tell(ack) {
-                Ok(()) => {}
-                Err(TellError::MailboxFull(ack)) => self.held_acks.push((old, ack)),
-                Err(e) => {
-                    let _ = self.coordinator.tell(e.into_message());
-                }
-            }
-        }
+        self.send_held_acks(ctx);
         self.send_flush_markers(ctx);
         self.finish_shutdown_if_done(ctx);
     }
@@ -1124,18 +1137,10 @@ impl<E: Entity> Region<E> {
         // be forwarded later, could be overtaken at the new home by those
         // that waited here (per-sender order lost).
         match home {
-            Some(old) => match old.tell(ack) {
-                Ok(()) => {}
-                // It must not overtake what is queued to the old home.
-                Err(TellError::MailboxFull(ack)) => {
-                    self.held_acks.push((old, ack));
-                    self.resend_held_soon(ctx);
-                }
-                // The old home cannot be reached at all.
-                Err(e) => {
-                    let _ = self.coordinator.tell(e.into_message());
-                }
-            },
+            Some(old) => {
+                self.held_acks.push((old, ack));
+                self.send_held_acks(ctx);
+            }
             None => {
                 let _ = self.coordinator.tell(ack);
             }

@@ -17,12 +17,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// Why a message was not queued for the peer.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum SendError {
-    /// The queue to the peer is full (counted as a dead letter).
+    /// The queue to the peer is full (`send_user` counts the message as a
+    /// dead letter; `send_encoded` leaves it to its caller).
     Full,
     /// It cannot be sent at all.
     NotSendable(String),
+}
+
+/// An ask that could not be sent fails with the reason.
+impl From<SendError> for crate::error::AskError {
+    fn from(e: SendError) -> Self {
+        match e {
+            SendError::Full => crate::error::AskError::MailboxFull,
+            SendError::NotSendable(why) => crate::error::AskError::NotSendable(why),
+        }
+    }
 }
 
 /// Reliable delivery state of system messages, per peer incarnation.

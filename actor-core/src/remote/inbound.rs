@@ -114,33 +114,30 @@ impl InboundHandler {
         Some(r)
     }
 
-    /// How a message of `manifest` reaches an actor of type `actor`,
-    /// cached.
-    fn dispatcher<'c>(
-        cache: &'c mut Cache<Vec<(TypeId, Inbound)>>,
+    /// Runs `f` with how a message of `manifest` reaches an actor of type
+    /// `actor` (looked up once per connection, then cached; one cache
+    /// lookup per message and nothing cloned).
+    fn with_dispatcher<R>(
+        cache: &mut Cache<Vec<(TypeId, Inbound)>>,
         remoting: &RemotingShared,
         manifest: &str,
         actor: TypeId,
-    ) -> Result<&'c Inbound, &'static str> {
-        let found = cache
+        f: impl FnOnce(&Inbound) -> R,
+    ) -> Result<R, &'static str> {
+        if let Some((_, d)) = cache
             .get(manifest)
-            .and_then(|v| v.iter().position(|(t, _)| *t == actor));
-        let (list, at) = match found {
-            Some(at) => (cache.get(manifest), at),
-            None => {
-                let d = remoting.system.registry.dispatcher(manifest, actor)?;
-                let list = cache.entry(manifest.to_string()).or_default();
-                list.push((actor, d));
-                let at = list.len() - 1;
-                (cache.get(manifest), at)
-            }
-        };
-        list.map(|l| &l[at].1)
-            .ok_or("bug: a cached dispatcher vanished")
+            .and_then(|v| v.iter().find(|(t, _)| *t == actor))
+        {
+            return Ok(f(d));
+        }
+        let d = remoting.system.registry.dispatcher(manifest, actor)?;
+        let list = cache.entry(manifest.to_string()).or_default();
+        list.push((actor, d));
+        Ok(f(&list[list.len() - 1].1))
     }
 
     fn deliver(&mut self, m: UserMsg<'_>) {
-        let reply = (m.ask != 0).then(|| ReplySink::Wire {
+        let mut reply = (m.ask != 0).then(|| ReplySink::Wire {
             assoc: self.assoc.clone(),
             ask: m.ask,
         });
@@ -159,12 +156,18 @@ impl InboundHandler {
             }
             return;
         };
-        let dispatch = match target.local().map(|c| c.actor_type()) {
-            Some(t) => Self::dispatcher(&mut self.dispatchers, &self.remoting, m.manifest, t),
+        let (remoting, assoc) = (&self.remoting, &self.assoc);
+        let handled = match target.local().map(|c| c.actor_type()) {
+            Some(t) => {
+                Self::with_dispatcher(&mut self.dispatchers, remoting, m.manifest, t, |dispatch| {
+                    let sender = Self::sender(remoting, assoc, &m);
+                    Self::dispatch(remoting, dispatch, &target, &m, reply.take(), sender)
+                })
+            }
             None => Err("the recipient is not local"),
         };
-        let dispatch = match dispatch {
-            Ok(d) => d,
+        let result = match handled {
+            Ok(r) => r,
             Err(why) => {
                 self.remoting.log_bad_input(format_args!(
                     "dropped a `{}` from {} for {}: {why}",
@@ -179,43 +182,6 @@ impl InboundHandler {
                 return;
             }
         };
-        let sender = if m.from.is_empty() {
-            None
-        } else {
-            let parsed = serde_context::with_system(&self.remoting.system, || {
-                crate::remote::remote_ref::any_ref_from_wire(m.from)
-            });
-            match parsed {
-                Ok(r) => Some(r),
-                Err(why) => {
-                    self.remoting.log_bad_input(format_args!(
-                        "a `{}` from {} has an unusable sender ({why}); delivered without it",
-                        m.manifest, self.assoc.address
-                    ));
-                    None
-                }
-            }
-        };
-        let result = serde_context::with_system(&self.remoting.system, || match dispatch {
-            Inbound::Decode(dispatch, _) => (*dispatch)(&target, m.payload, reply, sender),
-            Inbound::Receive(receive) => {
-                // The reply's bytes are already its wire form.
-                let reply = reply.map(|sink| {
-                    Replier::remote(RemoteReply::new(sink, registry::write_encoded_reply))
-                });
-                let inbound = InboundMessage {
-                    to: &target,
-                    bytes: m.payload,
-                    reply,
-                    sender,
-                };
-                receive(inbound).map_err(|e| match e {
-                    DeliverError::Stopped => DispatchError::Stopped,
-                    DeliverError::MailboxFull => DispatchError::MailboxFull,
-                    other => DispatchError::Undecodable(other.to_string()),
-                })
-            }
-        });
         match result {
             Ok(()) | Err(DispatchError::Stopped) => {}
             Err(DispatchError::Undecodable(why)) => self.remoting.log_bad_input(format_args!(
@@ -227,5 +193,61 @@ impl InboundHandler {
                 m.manifest, self.assoc.address, m.to
             )),
         }
+    }
+
+    /// The sender a message names, if any and usable (an unusable one is
+    /// logged and left out).
+    fn sender(
+        remoting: &RemotingShared,
+        assoc: &Association,
+        m: &UserMsg<'_>,
+    ) -> Option<AnyActorRef> {
+        if m.from.is_empty() {
+            return None;
+        }
+        let parsed = serde_context::with_system(&remoting.system, || {
+            crate::remote::remote_ref::any_ref_from_wire(m.from)
+        });
+        match parsed {
+            Ok(r) => Some(r),
+            Err(why) => {
+                remoting.log_bad_input(format_args!(
+                    "a `{}` from {} has an unusable sender ({why}); delivered without it",
+                    m.manifest, assoc.address
+                ));
+                None
+            }
+        }
+    }
+
+    /// Hands a message to its recipient as `dispatch` says.
+    fn dispatch(
+        remoting: &RemotingShared,
+        dispatch: &Inbound,
+        target: &AnyActorRef,
+        m: &UserMsg<'_>,
+        reply: Option<ReplySink>,
+        sender: Option<AnyActorRef>,
+    ) -> Result<(), DispatchError> {
+        serde_context::with_system(&remoting.system, || match dispatch {
+            Inbound::Decode(dispatch, _) => dispatch(target, m.payload, reply, sender),
+            Inbound::Receive(receive) => {
+                // The reply's bytes are already its wire form.
+                let reply = reply.map(|sink| {
+                    Replier::remote(RemoteReply::new(sink, registry::write_encoded_reply))
+                });
+                let inbound = InboundMessage {
+                    to: target,
+                    bytes: m.payload,
+                    reply,
+                    sender,
+                };
+                receive(inbound).map_err(|e| match e {
+                    DeliverError::Stopped => DispatchError::Stopped,
+                    DeliverError::MailboxFull => DispatchError::MailboxFull,
+                    other => DispatchError::Undecodable(other.to_string()),
+                })
+            }
+        })
     }
 }

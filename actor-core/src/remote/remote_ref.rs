@@ -80,10 +80,7 @@ impl RemoteTarget {
             let _ = tx.send(reply);
         })
         .map(|()| rx)
-        .map_err(|e| match e {
-            SendError::Full => AskError::MailboxFull,
-            SendError::NotSendable(why) => AskError::NotSendable(why),
-        })
+        .map_err(AskError::from)
     }
 
     /// Sends `msg` as an ask whose reply (decoded) or failure is handed to
@@ -146,10 +143,7 @@ impl RemoteTarget {
         let sent = self.assoc.send_encoded(&self.path, manifest, id, write);
         if let Err(e) = &sent {
             if let Some(complete) = remoting.asks.take(id) {
-                complete(Err(match e {
-                    SendError::Full => AskError::MailboxFull,
-                    SendError::NotSendable(why) => AskError::NotSendable(why.clone()),
-                }));
+                complete(Err(e.clone().into()));
             }
         }
         sent

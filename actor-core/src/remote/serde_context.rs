@@ -14,14 +14,6 @@ thread_local! {
 
 /// Runs `f` with `system` as the decoding system of this thread.
 pub(crate) fn with_system<R>(system: &Arc<SystemShared>, f: impl FnOnce() -> R) -> R {
-    // Nested for the same system (a receiver that delivers on): as it is.
-    let current = CURRENT.with(|c| {
-        c.try_borrow()
-            .is_ok_and(|c| c.as_ref().is_some_and(|s| Arc::ptr_eq(s, system)))
-    });
-    if current {
-        return f();
-    }
     struct Restore(Option<Arc<SystemShared>>);
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -29,8 +21,16 @@ pub(crate) fn with_system<R>(system: &Arc<SystemShared>, f: impl FnOnce() -> R) 
             CURRENT.with(|c| *c.borrow_mut() = prev);
         }
     }
-    let prev = CURRENT.with(|c| c.borrow_mut().replace(system.clone()));
-    let _restore = Restore(prev);
+    // One look at the thread's slot: nested for the same system (a
+    // receiver that delivers on), it is left as it is.
+    let prev = CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        match &*c {
+            Some(s) if Arc::ptr_eq(s, system) => None,
+            _ => Some(c.replace(system.clone())),
+        }
+    });
+    let _restore = prev.map(Restore);
     f()
 }
 
