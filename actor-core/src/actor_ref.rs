@@ -584,7 +584,7 @@ impl<A: Handler<Terminated>> UserLetter<A> for Node<A, TerminatedLetter> {
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
     ) -> HandlerFuture<'a> {
-        let TerminatedLetter(t, child_notice) = self.body;
+        let TerminatedLetter(t, child_notice) = self.into_body();
         // A child's notice is always wanted (its parent's watch of it, if
         // any, was not notified: it is reported once) and ends the watch.
         let wanted = ctx.take_watch(t.actor.uid()) || child_notice;

@@ -4,10 +4,13 @@
 use crate::actor::{Actor, Handler};
 use crate::actor_ref::AnyActorRef;
 use crate::context::Context;
+use crate::letter_pool;
 use crate::message::Message;
 use crate::replier::Replier;
 use crate::system_message::SystemMessage;
+use std::alloc::Layout;
 use std::any::Any;
+use std::ptr::NonNull;
 
 /// A handler future borrowing the actor and its context.
 pub(crate) type HandlerFuture<'a> = crate::heap_future::HeapFuture<'a>;
@@ -35,14 +38,39 @@ impl<A: 'static, L> Node<A, L> {
         &mut self.hdr
     }
 
+    /// A letter in recycled memory when the pool has a block of its
+    /// layout (see `letter_pool`).
     pub(crate) fn new(body: L) -> Box<Self> {
-        Box::new(Node {
+        let node = Node {
             hdr: Hdr {
                 next: std::ptr::null_mut(),
                 this: std::ptr::null_mut::<Node<A, Dummy>>() as *mut dyn Letter<A>,
             },
             body,
-        })
+        };
+        let block = letter_pool::allocate(Layout::new::<Self>()).cast::<Self>();
+        // SAFETY: `allocate` returns memory from the global allocator with
+        // exactly `Self`'s layout that nobody else owns: writing the node
+        // there and owning it as a `Box` is what `Box::new` does.
+        unsafe {
+            block.as_ptr().write(node);
+            Box::from_raw(block.as_ptr())
+        }
+    }
+
+    /// Takes the body out and gives the letter's memory to the pool, for
+    /// the next letter sent from this thread.
+    pub(crate) fn into_body(self: Box<Self>) -> L {
+        let raw = Box::into_raw(self);
+        // SAFETY: `raw` is the unique owner of a live node allocated by the
+        // global allocator with `Self`'s layout. The body is moved out
+        // once; the header holds only raw pointers (nothing to drop), so
+        // after the read the memory is unused and can be released.
+        unsafe {
+            let body = std::ptr::addr_of!((*raw).body).read();
+            letter_pool::release(NonNull::new_unchecked(raw.cast()), Layout::new::<Self>());
+            body
+        }
     }
 }
 
@@ -150,7 +178,7 @@ where
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
     ) -> HandlerFuture<'a> {
-        let Envelope { msg, reply } = self.body;
+        let Envelope { msg, reply } = self.into_body();
         HandlerFuture::new(handle(actor, ctx, msg, reply, None))
     }
 
@@ -196,7 +224,7 @@ where
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
     ) -> HandlerFuture<'a> {
-        let Sent { msg, reply, sender } = self.body;
+        let Sent { msg, reply, sender } = self.into_body();
         HandlerFuture::new(handle(actor, ctx, msg, reply, Some(sender)))
     }
 
@@ -215,7 +243,7 @@ impl<A: Actor> Letter<A> for Node<A, SystemLetter> {
         &mut self.hdr
     }
     fn open(self: Box<Self>) -> Opened<A> {
-        Opened::System(self.body.0)
+        Opened::System(self.into_body().0)
     }
     fn type_name(&self) -> &'static str {
         self.body.0.name()

@@ -55,6 +55,7 @@ mod deferred_activations;
 mod error;
 mod heap_future;
 mod letter;
+mod letter_pool;
 mod mailbox;
 mod message;
 mod path;

@@ -157,7 +157,7 @@ impl<A: Handler<M>, M: Message> UserLetter<A> for Node<A, TimerLetter<M>> {
             key,
             generation,
             msg,
-        } = self.body;
+        } = self.into_body();
         let current = match ctx.extras_if_any() {
             Some(e) => match e.timers.get(&key) {
                 Some(t) if t.generation == generation => {
