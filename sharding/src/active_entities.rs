@@ -3,6 +3,12 @@
 //! (the only record of an active entity: the shard keeps its other states
 //! apart), and the record of those accesses that passivation needs.
 //!
+//! A shard route owns one table for its whole life. The table is open
+//! while the shard is hosted here: a direct sender takes the table's read
+//! lock alone (one lock per message), and the region closes the table
+//! under its write lock when the shard's home changes, so every direct
+//! send that found it open has queued its message by then.
+//!
 //! Passivation decides on accesses the shard never sees (a direct send
 //! does not go through it), so the senders leave a trace:
 //! - for idle passivation, each entity's stamp of the last idle-check
@@ -21,7 +27,7 @@ use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use troupe_core::ActorRef;
 
 /// Accesses kept for the shard's replacement policy before it replays
@@ -71,6 +77,10 @@ impl<E: Entity> Borrow<str> for ActiveEntity<E> {
 /// (24 bytes, where a separate key would add 16: a shard can hold a
 /// million entities).
 struct Table<E: Entity> {
+    /// Direct senders may use the table: the shard is hosted here.
+    open: bool,
+    /// The shard actor of the current incarnation, while open.
+    shard: Option<ActorRef<Shard<E>>>,
     /// Entities whose actor's given name is their id.
     named: HashSet<ActiveEntity<E>, foldhash::fast::RandomState>,
     /// The others: an id that is no actor name (the actor's name is
@@ -81,6 +91,8 @@ struct Table<E: Entity> {
 impl<E: Entity> Default for Table<E> {
     fn default() -> Self {
         Table {
+            open: false,
+            shard: None,
             named: HashSet::default(),
             aliased: EntityMap::default(),
         }
@@ -141,7 +153,15 @@ impl<E: Entity> Table<E> {
     }
 }
 
-/// The active entities of one local shard.
+/// Why a direct send did not happen.
+pub(crate) enum Missed<T> {
+    /// The table is closed: the shard is not hosted here (now).
+    Closed(T),
+    /// The entity is not active, or `send` handed the item back.
+    Inactive(T),
+}
+
+/// The active entities of one shard, published while it is hosted here.
 pub(crate) struct ActiveEntities<E: Entity> {
     table: RwLock<Table<E>>,
     /// The current idle-check epoch (advanced by the shard).
@@ -149,51 +169,76 @@ pub(crate) struct ActiveEntities<E: Entity> {
     /// Accessed ids, when a replacement policy wants them.
     touches: Option<Mutex<Vec<EntityId>>>,
     drain_requested: AtomicBool,
-    shard: OnceLock<ActorRef<Shard<E>>>,
 }
 
 impl<E: Entity> ActiveEntities<E> {
-    /// An empty table; `record_touches` when the shard has a replacement
-    /// policy that orders entities by their accesses.
+    /// An empty, closed table; `record_touches` when the shard has a
+    /// replacement policy that orders entities by their accesses.
     pub(crate) fn new(record_touches: bool) -> Self {
         ActiveEntities {
             table: RwLock::new(Table::default()),
             epoch: AtomicU32::new(0),
             touches: record_touches.then(|| Mutex::new(Vec::new())),
             drain_requested: AtomicBool::new(false),
-            shard: OnceLock::new(),
         }
     }
 
-    /// The shard actor, once it is known.
-    pub(crate) fn shard(&self) -> Option<&ActorRef<Shard<E>>> {
-        self.shard.get()
+    /// Opens the table for direct senders of the shard `shard` (which
+    /// replays the recorded accesses). Entities that an earlier shard
+    /// actor listed and did not drain are forgotten; those that `shard`
+    /// itself listed before (remembered entities it started) stay.
+    pub(crate) fn open(&self, shard: ActorRef<Shard<E>>) {
+        let mut table = self.write();
+        if table.shard.as_ref().is_some_and(|s| *s != shard) {
+            table.named.clear();
+            table.aliased.clear();
+        }
+        table.open = true;
+        table.shard = Some(shard);
+        self.drain_requested.store(false, Ordering::Relaxed);
     }
 
-    /// The shard that replays the recorded accesses.
-    pub(crate) fn set_shard(&self, shard: ActorRef<Shard<E>>) {
-        let _ = self.shard.set(shard);
+    /// Closes the table to direct senders (the shard's home is changing).
+    /// Every direct send that found it open has queued its message when
+    /// this returns. The shard keeps using the table until it stops.
+    pub(crate) fn close(&self) {
+        self.write().open = false;
     }
 
-    /// Runs `send` with the entity's actor and `item` if the entity is
-    /// active, and records the access when it succeeds; `Err(item)` when
-    /// the entity is not active or `send` handed `item` back.
+    /// Runs `send` with the entity's actor and `item` if the table is open
+    /// and the entity active, and records the access when it succeeds.
     pub(crate) fn send<T>(
         &self,
         id: &str,
         item: T,
         send: impl FnOnce(&ActorRef<E>, T) -> Result<(), T>,
-    ) -> Result<(), T> {
+    ) -> Result<(), Missed<T>> {
         let table = self.read();
+        if !table.open {
+            return Err(Missed::Closed(item));
+        }
         let Some((id, entity)) = table.get_key_value(id) else {
-            return Err(item);
+            return Err(Missed::Inactive(item));
         };
-        send(&entity.actor, item)?;
-        self.touch(id, entity);
+        send(&entity.actor, item).map_err(Missed::Inactive)?;
+        self.touch(&table, id, entity);
         Ok(())
     }
 
-    fn touch(&self, id: &EntityId, entity: &ActiveEntity<E>) {
+    /// Like [`send`](Self::send), for the shard's own region, which knows
+    /// the table is open: `Err(item)` when the entity is not active.
+    pub(crate) fn send_open<T>(
+        &self,
+        id: &str,
+        item: T,
+        send: impl FnOnce(&ActorRef<E>, T) -> Result<(), T>,
+    ) -> Result<(), T> {
+        self.send(id, item, send).map_err(|m| match m {
+            Missed::Closed(item) | Missed::Inactive(item) => item,
+        })
+    }
+
+    fn touch(&self, table: &Table<E>, id: &EntityId, entity: &ActiveEntity<E>) {
         let epoch = self.epoch.load(Ordering::Relaxed);
         if entity.touched.load(Ordering::Relaxed) != epoch {
             entity.touched.store(epoch, Ordering::Relaxed);
@@ -210,7 +255,7 @@ impl<E: Entity> ActiveEntities<E> {
         let due = buffer.len() >= TOUCH_DRAIN_AT;
         drop(buffer);
         if due && !self.drain_requested.swap(true, Ordering::AcqRel) {
-            if let Some(shard) = self.shard.get() {
+            if let Some(shard) = &table.shard {
                 let _ = shard.tell(DrainTouches);
             }
         }
@@ -299,7 +344,14 @@ impl<E: Entity> ActiveEntities<E> {
     /// Unpublishes every entity (a hand-off), with the same guarantee;
     /// returns them.
     pub(crate) fn drain(&self) -> Vec<(EntityId, ActorRef<E>)> {
-        let taken = std::mem::take(&mut *self.write());
+        let mut table = self.write();
+        let taken = Table {
+            open: false,
+            shard: None,
+            named: std::mem::take(&mut table.named),
+            aliased: std::mem::take(&mut table.aliased),
+        };
+        drop(table);
         taken.into_entries().collect()
     }
 

@@ -4,10 +4,11 @@
 //!
 //! The hot path does not go through the region actor. The region
 //! publishes each shard's home in a `ShardRoute` that senders read
-//! without contention (a read lock per shard, written only when the home
-//! changes): a message for an active local entity is queued straight into
-//! its mailbox, and one for a remote shard is encoded once and sent to that
-//! node's region. Only messages for shards that are unknown, being
+//! without contention (read locks, written only when the home changes): a
+//! message for an active local entity is queued straight into its mailbox
+//! under one read lock (the shard's table of active entities, open while
+//! the shard is here), and one for a remote shard is encoded once and sent
+//! to that node's region. Only messages for shards that are unknown, being
 //! allocated or handed off, or for entities that are not running, go
 //! through the region (and the shard) actors.
 //!
@@ -16,7 +17,7 @@
 //! the actor path too, so a direct message can never overtake one that
 //! went the slow way.
 
-use crate::active_entities::ActiveEntities;
+use crate::active_entities::{ActiveEntities, Missed};
 use crate::allocation::RegionId;
 use crate::coordinator::ShardCoordinator;
 use crate::delivery::{deliver_bytes, Deliveries, Delivery, Encoded, Typed, Via};
@@ -31,7 +32,7 @@ use crate::settings::ShardingSettings;
 use crate::shard::{self, Shard, ShardHandOff, ShardStart, ShardsUpdated};
 use crate::shard_envelope;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 use troupe_cluster::ddata::Replicator;
@@ -49,6 +50,12 @@ pub(crate) fn region_name(type_name: &str) -> String {
 pub(crate) struct ShardRoute<E: Entity> {
     pub(crate) shard: ShardId,
     home: RwLock<Home<E>>,
+    /// The kind of `home` (`KIND_*`), read without the lock to choose a
+    /// path; each path then checks under its own lock.
+    kind: AtomicU8,
+    /// The shard's active entities when it is hosted here (open only
+    /// then), for the route's whole life.
+    pub(crate) local: Arc<ActiveEntities<E>>,
     /// Messages of this shard travelling through the region actor; while
     /// not zero, senders send through it too (they would overtake them).
     via_region: AtomicUsize,
@@ -62,17 +69,23 @@ pub(crate) struct ShardRoute<E: Entity> {
 pub(crate) enum Home<E: Entity> {
     /// Not known, being allocated, or being handed off: buffer.
     Unknown,
-    /// Here.
-    Local(Arc<ActiveEntities<E>>),
+    /// Here, in this shard actor (its entities in the route's table).
+    Local(ActorRef<Shard<E>>),
     /// In the region of another node.
     Remote(ActorRef<Region<E>>),
 }
 
+const KIND_UNKNOWN: u8 = 0;
+const KIND_LOCAL: u8 = 1;
+const KIND_REMOTE: u8 = 2;
+
 impl<E: Entity> ShardRoute<E> {
-    fn new(shard: ShardId) -> Self {
+    fn new(shard: ShardId, record_touches: bool) -> Self {
         ShardRoute {
             shard,
             home: RwLock::new(Home::Unknown),
+            kind: AtomicU8::new(KIND_UNKNOWN),
+            local: Arc::new(ActiveEntities::new(record_touches)),
             via_region: AtomicUsize::new(0),
             via_shard: AtomicUsize::new(0),
         }
@@ -99,10 +112,23 @@ impl<E: Entity> ShardRoute<E> {
         self.via_region.load(Ordering::Acquire) == 0 && self.via_shard.load(Ordering::Acquire) == 0
     }
 
-    /// Changes the home. Takes the write lock, so every direct send that
+    /// Changes the home. Takes the write locks (of the home, and of the
+    /// table when the shard comes or goes), so every direct send that
     /// read the old home has finished queueing when this returns.
     fn set_home(&self, home: Home<E>) {
-        *self.home.write().unwrap_or_else(|e| e.into_inner()) = home;
+        let mut current = self.home.write().unwrap_or_else(|e| e.into_inner());
+        let kind = match &home {
+            Home::Unknown => KIND_UNKNOWN,
+            Home::Local(_) => KIND_LOCAL,
+            Home::Remote(_) => KIND_REMOTE,
+        };
+        match &home {
+            Home::Local(shard) => self.local.open(shard.clone()),
+            _ if matches!(*current, Home::Local(_)) => self.local.close(),
+            _ => {}
+        }
+        self.kind.store(kind, Ordering::Release);
+        *current = home;
     }
 
     fn read_home(&self) -> std::sync::RwLockReadGuard<'_, Home<E>> {
@@ -137,6 +163,8 @@ pub(crate) struct RegionShared<E: Entity> {
     pub(crate) dropped: AtomicU64,
     /// Messages sent through the region actor (not the direct path).
     pub(crate) via_region: AtomicU64,
+    /// Messages sent to a local shard actor without the region.
+    pub(crate) via_shard: AtomicU64,
     /// Rate limit of the buffer-full log line (seconds since `start`).
     last_drop_log: AtomicU64,
     start: Instant,
@@ -166,6 +194,7 @@ impl<E: Entity> RegionShared<E> {
             buffered: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             via_region: AtomicU64::new(0),
+            via_shard: AtomicU64::new(0),
             last_drop_log: AtomicU64::new(u64::MAX),
             start: Instant::now(),
         }
@@ -187,7 +216,8 @@ impl<E: Entity> RegionShared<E> {
             return r.clone();
         }
         let shard = ShardId::from(shard);
-        let route = Arc::new(ShardRoute::new(shard.clone()));
+        let record_touches = shard::active_entity_limit(&self.settings).is_some();
+        let route = Arc::new(ShardRoute::new(shard.clone(), record_touches));
         routes.insert(shard, route.clone());
         route
     }
@@ -216,20 +246,31 @@ impl<E: Entity> RegionShared<E> {
         if !route.quiet() {
             return Err(Direct::Slow(msg, reply));
         }
-        let home = route.read_home();
-        match &*home {
-            Home::Local(local) => local
-                .send(entity, (msg, reply), |actor, (msg, reply)| {
-                    // An error: it stopped by itself; the shard restarts it.
-                    actor
-                        .forward(msg, reply, None)
-                        .map_err(|e| (e.error.into_message(), e.reply))
-                })
-                .map_err(|(msg, reply)| Direct::Slow(msg, reply)),
+        let (msg, reply) = match route.kind.load(Ordering::Acquire) {
+            KIND_LOCAL => {
+                let sent = route
+                    .local
+                    .send(entity, (msg, reply), |actor, (msg, reply)| {
+                        // An error: it stopped by itself; the shard restarts it.
+                        actor
+                            .forward(msg, reply, None)
+                            .map_err(|e| (e.error.into_message(), e.reply))
+                    });
+                match sent {
+                    Ok(()) => return Ok(()),
+                    Err(Missed::Inactive((msg, reply))) => return Err(Direct::Slow(msg, reply)),
+                    // The shard is leaving, or left and went elsewhere.
+                    Err(Missed::Closed(item)) => item,
+                }
+            }
+            KIND_REMOTE => (msg, reply),
+            _ => return Err(Direct::Slow(msg, reply)),
+        };
+        match &*route.read_home() {
             Home::Remote(region) => Typed { msg, reply }
                 .send_remote(&self.system, entity, &route.shard, region)
                 .map_err(Direct::Refused),
-            Home::Unknown => Err(Direct::Slow(msg, reply)),
+            Home::Local(_) | Home::Unknown => Err(Direct::Slow(msg, reply)),
         }
     }
 
@@ -254,16 +295,17 @@ impl<E: Entity> RegionShared<E> {
         // them).
         {
             let home = route.read_home();
-            if let Home::Local(local) = &*home {
-                if let Some(shard) = local.shard() {
-                    if route.via_region.load(Ordering::Acquire) == 0 {
-                        delivery.count_in(route, Via::Shard);
-                        match shard.tell(crate::shard::Deliver(delivery)) {
-                            Ok(()) => return Ok(()),
-                            // It stopped (a hand-off ended): the region
-                            // knows the shard's next home.
-                            Err(e) => delivery = e.into_message().0,
+            if let Home::Local(shard) = &*home {
+                if route.via_region.load(Ordering::Acquire) == 0 {
+                    delivery.count_in(route, Via::Shard);
+                    match shard.tell(crate::shard::Deliver(delivery)) {
+                        Ok(()) => {
+                            self.via_shard.fetch_add(1, Ordering::Relaxed);
+                            return Ok(());
                         }
+                        // It stopped (a hand-off ended): the region
+                        // knows the shard's next home.
+                        Err(e) => delivery = e.into_message().0,
                     }
                 }
             }
@@ -328,16 +370,14 @@ impl<E: Entity> RegionShared<E> {
         };
         let route = self.route(env.shard);
         let mut reply = reply;
-        if route.quiet() {
-            if let Home::Local(local) = &*route.read_home() {
-                let (system, deliveries) = (&self.system, Some(&self.deliveries));
-                let sent = local.send(env.entity, reply, |actor, reply| {
-                    deliver_bytes(system, deliveries, actor, env.manifest, env.payload, reply)
-                });
-                match sent {
-                    Ok(()) => return Ok(()),
-                    Err(r) => reply = r,
-                }
+        if route.quiet() && route.kind.load(Ordering::Acquire) == KIND_LOCAL {
+            let (system, deliveries) = (&self.system, Some(&self.deliveries));
+            let sent = route.local.send(env.entity, reply, |actor, reply| {
+                deliver_bytes(system, deliveries, actor, env.manifest, env.payload, reply)
+            });
+            match sent {
+                Ok(()) => return Ok(()),
+                Err(Missed::Closed(r) | Missed::Inactive(r)) => reply = r,
             }
         }
         let delivery = Delivery::new(
@@ -617,7 +657,7 @@ impl<E: Entity> Region<E> {
         }
         let home = route.read_home();
         match &*home {
-            Home::Local(local) => {
+            Home::Local(_) => {
                 // Straight to a running entity when nothing else is in
                 // flight (this message itself counts when it came the slow
                 // way).
@@ -627,7 +667,10 @@ impl<E: Entity> Region<E> {
                 {
                     let id = delivery.entity.clone();
                     let system = &self.shared.system;
-                    match local.send(&id, delivery, |actor, d| d.deliver_local(system, actor)) {
+                    let sent = route
+                        .local
+                        .send_open(&id, delivery, |actor, d| d.deliver_local(system, actor));
+                    match sent {
                         Ok(()) => return,
                         Err(d) => delivery = d,
                     }
@@ -823,8 +866,8 @@ impl<E: Entity> Region<E> {
             );
             return None;
         }
-        // Senders record their accesses for a replacement policy.
-        let local = Arc::new(ActiveEntities::new(self.active_entity_limit.is_some()));
+        // The route's table (closed until the home is published).
+        let local = self.shared.route(shard).local.clone();
         // Its share until the next update, counting itself.
         let initial_limit = self
             .active_entity_limit
@@ -850,7 +893,6 @@ impl<E: Entity> Region<E> {
         }));
         match ctx.spawn_props(props) {
             Ok(actor) => {
-                local.set_shard(actor.clone());
                 self.shards.insert(shard.clone(), (actor.clone(), local));
                 self.shards_updated(ctx);
                 Some(actor)
@@ -897,8 +939,7 @@ impl<E: Entity> Region<E> {
         let route = self.shared.route(&shard);
         if region == self.me {
             let actor = self.start_shard(&shard, ctx)?;
-            let local = self.shards[&shard].1.clone();
-            route.set_home(Home::Local(local));
+            route.set_home(Home::Local(actor.clone()));
             for d in self.take_buffer(&shard) {
                 self.hand_to_shard(&route, &actor, d);
             }

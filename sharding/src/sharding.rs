@@ -123,14 +123,21 @@ impl<E: Entity> EntityConfig<E> {
     }
 }
 
-/// How the messages of one entity type sent from this node were routed.
+/// How this node routed the messages of one entity type (those sent here,
+/// and those that came from other nodes for shards hosted here). Messages
+/// not counted in `via_region` or `via_shard` went directly to the entity
+/// or to its node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RoutingStats {
     /// Messages that went through the region actor: for shards whose home
-    /// was not known or that were moving, for entities that were not
-    /// running, and behind such messages (to keep their order). The rest
-    /// went directly to the entity or its node.
+    /// was not known or that were moving, and behind such messages (to
+    /// keep their order).
     pub via_region: u64,
+    /// Messages that went to the actor of a shard hosted here without the
+    /// region: for entities that were not running (the shard starts them)
+    /// and behind such messages.
+    pub via_shard: u64,
     /// Messages refused because the region's buffer was full.
     pub refused: u64,
 }
@@ -422,6 +429,7 @@ impl ClusterSharding {
         let shared = self.shared::<E>()?;
         Ok(RoutingStats {
             via_region: shared.via_region.load(std::sync::atomic::Ordering::Relaxed),
+            via_shard: shared.via_shard.load(std::sync::atomic::Ordering::Relaxed),
             refused: shared.dropped.load(std::sync::atomic::Ordering::Relaxed),
         })
     }

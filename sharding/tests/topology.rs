@@ -649,3 +649,80 @@ fn messages_buffered_for_a_node_whose_queue_is_full_wait_and_all_arrive_in_order
         shutdown_all([host, proxy]).await;
     });
 }
+
+/// A shard's table of active entities lives as long as its route: it is
+/// closed when the shard leaves and opened again when the shard comes
+/// back. Senders on the node it came back to reach the new incarnation
+/// directly again, and no message of the whole trip is lost, duplicated
+/// or reordered.
+#[test]
+fn a_shard_that_leaves_and_comes_back_is_reached_directly_again() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let (nodes, choice) = nodes_with_chosen_allocation(&probe, sharding_settings()).await;
+        let all: Vec<&Node> = nodes.iter().collect();
+        let (home, away) = (&nodes[1], &nodes[2]);
+        choice.choose(Some(home));
+        let a = home.counter("a");
+        let mut next = 0u64;
+        let mut burst = |n: u64| {
+            for _ in 0..n {
+                a.tell(Seq(next)).unwrap();
+                next += 1;
+            }
+        };
+        burst(50);
+        assert_eq!(a.ask_timeout(WhereAreYou, ASK).await.unwrap(), home.name());
+
+        // Away, while the home node keeps sending.
+        choice.choose(Some(away));
+        choice.to_move.lock().unwrap().insert(a.shard_id().into());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !away.hosted_shards().await.contains(a.shard_id()) {
+            assert!(Instant::now() < deadline, "the shard did not move away");
+            burst(10);
+            rt::sleep(Duration::from_millis(5)).await;
+        }
+        choice.to_move.lock().unwrap().clear();
+        burst(50);
+        assert_eq!(a.ask_timeout(WhereAreYou, ASK).await.unwrap(), away.name());
+
+        // And back.
+        choice.choose(Some(home));
+        choice.to_move.lock().unwrap().insert(a.shard_id().into());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !home.hosted_shards().await.contains(a.shard_id()) {
+            assert!(Instant::now() < deadline, "the shard did not come back");
+            burst(10);
+            rt::sleep(Duration::from_millis(5)).await;
+        }
+        choice.to_move.lock().unwrap().clear();
+        assert_eq!(a.ask_timeout(WhereAreYou, ASK).await.unwrap(), home.name());
+
+        // The new incarnation runs: the home node's messages skip the
+        // region actor again.
+        let not_direct = || {
+            let s = home.sharding.routing_stats::<Counter>().unwrap();
+            s.via_region + s.via_shard
+        };
+        let before = not_direct();
+        burst(1000);
+        a.ask_timeout(Add(0), ASK).await.unwrap();
+        let after = not_direct();
+        assert!(
+            after - before < 10,
+            "{} of 1000 messages went through the region after the shard came back",
+            after - before
+        );
+        assert_eq!(
+            probe.received("a"),
+            (0..next).collect::<Vec<_>>(),
+            "every message, once, in order"
+        );
+        assert_eq!(probe.starts("a"), 3, "one incarnation per stay");
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        assert_no_shard_twice(&all).await;
+        shutdown_all(nodes).await;
+    });
+}
