@@ -340,6 +340,9 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     /// Spawns the activation claimed for this actor (see
     /// `deferred_activations`).
     fn spawn_activation(self: Arc<Self>);
+    /// Runs the activation claimed for this actor on this thread when the
+    /// nesting bound allows, as an ask does (see `deferred_activations`).
+    fn run_activation_here(self: Arc<Self>);
 }
 
 /// New actors whose first activation (which runs `started`) has not run
@@ -781,6 +784,14 @@ impl<A: Actor> AnyCell for ActorCell<A> {
     fn spawn_activation(self: Arc<Self>) {
         rt::spawn_detached(Activation::new(self));
     }
+
+    fn run_activation_here(self: Arc<Self>) {
+        let activation = Activation::new(self.clone());
+        match InlineAsks::enter() {
+            Some(_depth) => self.run_inline(activation),
+            None => rt::spawn_detached(activation),
+        }
+    }
 }
 
 impl<A: Actor> ActorCell<A> {
@@ -937,6 +948,14 @@ impl<A: Actor> ActorCell<A> {
         if !self.try_claim() {
             return;
         }
+        // Held back while this thread has a batch open (it may hold a
+        // lock that the handler needs): it runs here when the batch ends.
+        if crate::deferred_activations::is_open() {
+            if let Err(cell) = crate::deferred_activations::defer(self.clone(), true) {
+                cell.run_activation_here();
+            }
+            return;
+        }
         let activation = Activation::new(self.clone());
         match InlineAsks::enter() {
             Some(_depth) => self.run_inline(activation),
@@ -981,7 +1000,7 @@ impl<A: Actor> ActorCell<A> {
     #[cold]
     #[inline(never)]
     fn defer_activation(self: &Arc<Self>) {
-        if let Err(cell) = crate::deferred_activations::defer(self.clone()) {
+        if let Err(cell) = crate::deferred_activations::defer(self.clone(), false) {
             cell.spawn_activation();
         }
     }

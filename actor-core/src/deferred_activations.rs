@@ -14,6 +14,11 @@
 //! An actor with a bounded mailbox does not drain it during a batch: one
 //! batch can bring it up to `FRAME_BATCH` (32) letters (more than that
 //! are refused as for any full mailbox, and logged).
+//!
+//! The same batch serves code that sends while it holds a lock (see
+//! [`DeferActivations`]): an ask that would run its actor inline, on the
+//! asking thread, runs it when the batch ends instead, after the lock is
+//! released, so a handler that needs the same lock cannot deadlock.
 
 use crate::cell::AnyCell;
 use std::cell::{Cell, RefCell};
@@ -34,19 +39,64 @@ thread_local! {
 struct Deferred {
     /// A batch is open on this thread.
     active: bool,
-    /// Actors whose activation was claimed during the batch.
-    cells: Vec<Arc<dyn AnyCell>>,
+    /// Actors whose activation was claimed during the batch; with whether
+    /// it would have run on this thread (an ask's inline activation).
+    cells: Vec<(Arc<dyn AnyCell>, bool)>,
 }
 
-/// An open batch on this thread: while it lives, activations claimed on
-/// this thread are held back; dropping it spawns them. Never held across an
-/// `.await` (the task could move to another thread).
-pub(crate) struct DeferActivations(());
+/// A batch of sends on this thread: while it lives, the activations that
+/// those sends would start are held back, and when it is dropped they
+/// start (each actor once): on the executor, or on this thread for an ask
+/// that would have run its actor inline.
+///
+/// For code that sends messages while it holds a lock, such as a router
+/// that reads its routing table under a read lock: an inline ask runs the
+/// receiving actor's handler on the asking thread, and a handler that
+/// needs the same lock could deadlock with a writer waiting for it. Open a
+/// batch before taking the lock and drop it after releasing the lock.
+///
+/// Never hold one across an `.await`: the task could move to another
+/// thread.
+///
+/// ```
+/// use std::sync::RwLock;
+/// use troupe_core::prelude::*;
+/// use troupe_core::DeferActivations;
+///
+/// #[derive(Message)]
+/// #[message(reply = u32)]
+/// struct Get;
+///
+/// #[derive(Default)]
+/// struct Store(u32);
+/// impl Actor for Store {}
+///
+/// #[handlers]
+/// impl Store {
+///     async fn get(&mut self, _m: Get) -> u32 {
+///         self.0
+///     }
+/// }
+///
+/// # troupe_core::rt::block_on(async {
+/// let system = ActorSystem::new("docs").unwrap();
+/// let routes = RwLock::new(vec![system.spawn(Store(7))]);
+/// let asked = {
+///     let _batch = DeferActivations::begin();
+///     let routes = routes.read().unwrap();
+///     routes[0].ask(Get)
+///     // The lock is released here, then the batch starts the actor.
+/// };
+/// assert_eq!(asked.await.unwrap(), 7);
+/// # system.shutdown().await;
+/// # });
+/// ```
+pub struct DeferActivations(());
 
 impl DeferActivations {
     /// Opens a batch on this thread; `None` if one is open already (the
-    /// outer one spawns).
-    pub(crate) fn begin() -> Option<Self> {
+    /// outer one starts the activations when it ends).
+    pub fn begin() -> Option<Self> {
         DEFERRED
             .try_with(|d| {
                 let mut d = d.try_borrow_mut().ok()?;
@@ -71,8 +121,12 @@ impl Drop for DeferActivations {
             std::mem::take(&mut d.cells)
         });
         let Ok(mut cells) = cells else { return };
-        for cell in cells.drain(..) {
-            cell.spawn_activation();
+        for (cell, here) in cells.drain(..) {
+            if here {
+                cell.run_activation_here();
+            } else {
+                cell.spawn_activation();
+            }
         }
         // Keep the vector's room for the next batch.
         let _ = DEFERRED.try_with(|d| {
@@ -91,12 +145,13 @@ pub(crate) fn is_open() -> bool {
 }
 
 /// Holds back the activation of `cell` (claimed for it) if a batch is open
-/// on this thread; gives it back otherwise.
-pub(crate) fn defer(cell: Arc<dyn AnyCell>) -> Result<(), Arc<dyn AnyCell>> {
+/// on this thread; gives it back otherwise. `here`: it would have run on
+/// this thread (an inline ask), and runs here when the batch ends.
+pub(crate) fn defer(cell: Arc<dyn AnyCell>, here: bool) -> Result<(), Arc<dyn AnyCell>> {
     let mut cell = Some(cell);
     let deferred = DEFERRED.try_with(|d| match d.try_borrow_mut() {
         Ok(mut d) if d.active => {
-            d.cells.extend(cell.take());
+            d.cells.extend(cell.take().map(|c| (c, here)));
             true
         }
         _ => false,
@@ -166,6 +221,28 @@ mod tests {
             a.tell(Tick).unwrap();
             assert_eq!(held_back(), 0);
             assert_eq!(a.ask(Ticks).await.unwrap(), 4);
+            system.shutdown().await;
+        });
+    }
+
+    /// An ask that would run its idle actor on the asking thread waits for
+    /// the end of the batch (the asker may hold a lock the handler needs).
+    #[test]
+    fn an_inline_ask_in_a_batch_runs_when_the_batch_ends() {
+        rt::block_on(async {
+            let system = ActorSystem::new("deferred-ask").unwrap();
+            let a = system.spawn(Counter::default());
+            assert_eq!(a.ask(Ticks).await.unwrap(), 0);
+            let lock = std::sync::RwLock::new(());
+            let asked = {
+                let _batch = DeferActivations::begin().expect("no batch open yet");
+                let _read = lock.read().unwrap();
+                let asked = a.ask(Ticks);
+                assert_eq!(held_back(), 1, "the ask's activation waits");
+                asked
+            };
+            assert_eq!(held_back(), 0);
+            assert_eq!(asked.await.unwrap(), 0);
             system.shutdown().await;
         });
     }

@@ -158,11 +158,11 @@ thread_local! {
 
 /// The class of blocks of exactly `layout`, if it is pooled.
 fn class_of(layout: Layout) -> Option<usize> {
-    if layout.align() != ALIGN || layout.size() == 0 || layout.size() > MAX_SIZE {
+    let size = layout.size();
+    if layout.align() != ALIGN || size == 0 || size > MAX_SIZE || !size.is_multiple_of(ALIGN) {
         return None;
     }
-    // A size is a multiple of its alignment.
-    Some(layout.size() / ALIGN - 1)
+    Some(size / ALIGN - 1)
 }
 
 fn class_layout(class: usize) -> Layout {
@@ -252,6 +252,8 @@ mod tests {
             Layout::from_size_align(16, 16).unwrap(),
             Layout::from_size_align(MAX_SIZE + 8, 8).unwrap(),
             Layout::from_size_align(4, 4).unwrap(),
+            // Not a whole class: a `Layout` need not be padded.
+            Layout::from_size_align(12, 8).unwrap(),
         ] {
             assert_eq!(class_of(layout), None);
             let a = allocate(layout);

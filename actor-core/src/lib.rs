@@ -78,6 +78,7 @@ pub use codec::{
 };
 pub use context::Context;
 pub use dead_letters::DeadLetter;
+pub use deferred_activations::DeferActivations;
 pub use error::{AskError, SpawnError, SystemError, TellError};
 pub use message::Message;
 pub use path::ActorPath;

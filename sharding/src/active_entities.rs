@@ -79,7 +79,8 @@ impl<E: Entity> Borrow<str> for ActiveEntity<E> {
 struct Table<E: Entity> {
     /// Direct senders may use the table: the shard is hosted here.
     open: bool,
-    /// The shard actor of the current incarnation, while open.
+    /// The shard actor that lists its entities here (the latest to
+    /// attach); it replays the recorded accesses.
     shard: Option<ActorRef<Shard<E>>>,
     /// Entities whose actor's given name is their id.
     named: HashSet<ActiveEntity<E>, foldhash::fast::RandomState>,
@@ -183,19 +184,22 @@ impl<E: Entity> ActiveEntities<E> {
         }
     }
 
-    /// Opens the table for direct senders of the shard `shard` (which
-    /// replays the recorded accesses). Entities that an earlier shard
-    /// actor listed and did not drain are forgotten; those that `shard`
-    /// itself listed before (remembered entities it started) stay.
-    pub(crate) fn open(&self, shard: ActorRef<Shard<E>>) {
+    /// Makes `shard` (a new shard actor, before it lists any entity) the
+    /// table's owner. Entities that an earlier shard actor listed and did
+    /// not drain are forgotten (they are its children and stop with it).
+    pub(crate) fn attach(&self, shard: ActorRef<Shard<E>>) {
         let mut table = self.write();
-        if table.shard.as_ref().is_some_and(|s| *s != shard) {
+        if table.shard.as_ref() != Some(&shard) {
             table.named.clear();
             table.aliased.clear();
+            table.shard = Some(shard);
         }
-        table.open = true;
-        table.shard = Some(shard);
         self.drain_requested.store(false, Ordering::Relaxed);
+    }
+
+    /// Opens the table to direct senders (the shard is hosted here).
+    pub(crate) fn open(&self) {
+        self.write().open = true;
     }
 
     /// Closes the table to direct senders (the shard's home is changing).
@@ -341,10 +345,16 @@ impl<E: Entity> ActiveEntities<E> {
         self.write().remove(id).map(|e| e.actor)
     }
 
-    /// Unpublishes every entity (a hand-off), with the same guarantee;
-    /// returns them.
-    pub(crate) fn drain(&self) -> Vec<(EntityId, ActorRef<E>)> {
+    /// Unpublishes every entity that `by` listed (a hand-off, or `by`
+    /// stopping), with the same guarantee, and closes the table; returns
+    /// them. Nothing when a newer shard actor owns the table (`by`
+    /// stopped after its hand-off, and the shard is back here).
+    pub(crate) fn drain(&self, by: &ActorRef<Shard<E>>) -> Vec<(EntityId, ActorRef<E>)> {
         let mut table = self.write();
+        if table.shard.as_ref() != Some(by) {
+            return Vec::new();
+        }
+        table.open = false;
         let taken = Table {
             open: false,
             shard: None,

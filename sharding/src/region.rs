@@ -39,7 +39,9 @@ use troupe_cluster::ddata::Replicator;
 use troupe_cluster::singleton::SingletonProxy;
 use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState};
 use troupe_core::prelude::*;
-use troupe_core::{AskError, DeliverError, InboundMessage, Props, Replier, TellError};
+use troupe_core::{
+    AskError, DeferActivations, DeliverError, InboundMessage, Props, Replier, TellError,
+};
 
 /// The region actor's name under `/system`.
 pub(crate) fn region_name(type_name: &str) -> String {
@@ -112,23 +114,27 @@ impl<E: Entity> ShardRoute<E> {
         self.via_region.load(Ordering::Acquire) == 0 && self.via_shard.load(Ordering::Acquire) == 0
     }
 
-    /// Changes the home. Takes the write locks (of the home, and of the
-    /// table when the shard comes or goes), so every direct send that
-    /// read the old home has finished queueing when this returns.
+    /// Changes the home. Takes the write locks (of the table when the
+    /// shard leaves, and of the home), so every direct send that read the
+    /// old home has finished queueing when this returns. One lock at a
+    /// time: a handler run inline by a send under one of them may need the
+    /// other. In between, senders take the path through the shard actor,
+    /// which is right for both homes.
     fn set_home(&self, home: Home<E>) {
-        let mut current = self.home.write().unwrap_or_else(|e| e.into_inner());
         let kind = match &home {
             Home::Unknown => KIND_UNKNOWN,
             Home::Local(_) => KIND_LOCAL,
             Home::Remote(_) => KIND_REMOTE,
         };
-        match &home {
-            Home::Local(shard) => self.local.open(shard.clone()),
-            _ if matches!(*current, Home::Local(_)) => self.local.close(),
-            _ => {}
+        let local = matches!(home, Home::Local(_));
+        if !local {
+            self.local.close();
+        }
+        *self.home.write().unwrap_or_else(|e| e.into_inner()) = home;
+        if local {
+            self.local.open();
         }
         self.kind.store(kind, Ordering::Release);
-        *current = home;
     }
 
     fn read_home(&self) -> std::sync::RwLockReadGuard<'_, Home<E>> {
@@ -248,6 +254,10 @@ impl<E: Entity> RegionShared<E> {
         }
         let (msg, reply) = match route.kind.load(Ordering::Acquire) {
             KIND_LOCAL => {
+                // An ask may run the entity on this thread: only after the
+                // table's lock is released (its handler may send to the
+                // shard too).
+                let _batch = reply.as_ref().and_then(|_| DeferActivations::begin());
                 let sent = route
                     .local
                     .send(entity, (msg, reply), |actor, (msg, reply)| {
@@ -371,6 +381,8 @@ impl<E: Entity> RegionShared<E> {
         let route = self.route(env.shard);
         let mut reply = reply;
         if route.quiet() && route.kind.load(Ordering::Acquire) == KIND_LOCAL {
+            // The reader has a batch open already; `begin` only checks.
+            let _batch = DeferActivations::begin();
             let (system, deliveries) = (&self.system, Some(&self.deliveries));
             let sent = route.local.send(env.entity, reply, |actor, reply| {
                 deliver_bytes(system, deliveries, actor, env.manifest, env.payload, reply)
@@ -655,6 +667,9 @@ impl<E: Entity> Region<E> {
         if self.handing_off.contains(shard) || self.buffers.contains_key(shard) {
             return self.buffer(route, delivery);
         }
+        // An ask delivered below runs its entity here only after the
+        // locks are released (declared first: dropped last).
+        let _batch = DeferActivations::begin();
         let home = route.read_home();
         match &*home {
             Home::Local(_) => {

@@ -180,6 +180,9 @@ pub(crate) struct Shard<E: Entity> {
 
 impl<E: Entity> Actor for Shard<E> {
     async fn started(&mut self, ctx: &mut Context<Self>) {
+        // The route's table is this shard actor's from now on (an earlier
+        // one of the same shard may still be stopping).
+        self.start.local.attach(ctx.myself().clone());
         // Entities are this shard's only children: one watch for all
         // (a watch per entity would cost each an allocation or three).
         ctx.watch_children();
@@ -200,13 +203,13 @@ impl<E: Entity> Actor for Shard<E> {
         }
     }
 
-    async fn stopping(&mut self, _ctx: &mut Context<Self>) {
+    async fn stopping(&mut self, ctx: &mut Context<Self>) {
         // Its entities are unlisted children (see `spawn_entity`): the
         // runtime waits for them to terminate but leaves their stop to
         // the shard. (After a hand-off there are none left. A shard is
         // spawned from a value, so it never restarts: `stopped` has
         // nothing to stop.)
-        self.stop_every_entity();
+        self.stop_every_entity(ctx);
     }
 }
 
@@ -272,8 +275,8 @@ impl<E: Entity> Shard<E> {
 
     /// Stops every incarnation the shard has started and not seen
     /// terminate (the shard itself is stopping).
-    fn stop_every_entity(&mut self) {
-        for (_, actor) in self.start.local.drain() {
+    fn stop_every_entity(&mut self, ctx: &Context<Self>) {
+        for (_, actor) in self.start.local.drain(ctx.myself()) {
             actor.stop();
         }
         self.stop_passivating();
@@ -614,7 +617,7 @@ impl<E: Entity> Shard<E> {
         // No sender reaches an entity directly from here on: every direct
         // send that read an entity has queued its message when this
         // returns, so the stop message comes after it.
-        let active = self.start.local.drain();
+        let active = self.start.local.drain(ctx.myself());
         if let Some(r) = &mut self.remember {
             let waiting = std::mem::take(&mut r.waiting_for_load);
             r.recovery.clear();
