@@ -33,7 +33,7 @@ use std::any::Any;
 use std::borrow::Borrow;
 use std::borrow::Cow;
 use std::cell::UnsafeCell;
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::panic::AssertUnwindSafe;
@@ -333,83 +333,16 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
     /// The type id of the actor (for remote dispatch).
     fn actor_type(&self) -> std::any::TypeId;
-    /// Runs the first activation of a new actor within the task polling
-    /// `cx` (see `queue_start`), moving it to a task of its own if it has
-    /// to wait.
-    fn start_inline(self: Arc<Self>, cx: &mut TaskContext<'_>);
-    /// Spawns the activation claimed for this actor (see
+    /// Runs the activation claimed for this actor within the task polling
+    /// `cx` (a runner of the run queue), moving it to a task of its own if
+    /// it has to wait.
+    fn run_in(self: Arc<Self>, cx: &mut TaskContext<'_>);
+    /// Queues the activation claimed for this actor on the run queue (see
     /// `deferred_activations`).
     fn spawn_activation(self: Arc<Self>);
     /// Runs the activation claimed for this actor on this thread when the
     /// nesting bound allows, as an ask does (see `deferred_activations`).
     fn run_activation_here(self: Arc<Self>);
-}
-
-/// New actors whose first activation (which runs `started`) has not run
-/// yet. Rather than a task per spawned actor, starter tasks take them in
-/// batches and run each activation inline; an activation that has to wait
-/// (a `started` or handler that awaits, a full `throughput`) continues in
-/// a task of its own.
-struct Starts {
-    queue: VecDeque<Arc<dyn AnyCell>>,
-    /// A starter task is scheduled that will look at `queue`.
-    starter_scheduled: bool,
-}
-
-static STARTS: Mutex<Starts> = Mutex::new(Starts {
-    queue: VecDeque::new(),
-    starter_scheduled: false,
-});
-
-/// Most activations one starter task runs; more go to another starter, so
-/// that starts run in parallel on a busy system and a `started` that
-/// blocks its thread holds up a bounded number of others.
-const START_BATCH: usize = 64;
-
-/// Schedules the first activation of a new actor (whose cell is claimed,
-/// `SCHEDULED`, for it).
-fn queue_start(cell: Arc<dyn AnyCell>) {
-    let mut starts = lock(&STARTS);
-    starts.queue.push_back(cell);
-    if !starts.starter_scheduled {
-        starts.starter_scheduled = true;
-        drop(starts);
-        rt::spawn_detached(Starter);
-    }
-}
-
-/// A task that runs a batch of first activations (see `Starts`).
-struct Starter;
-
-impl Future for Starter {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
-        let batch: Vec<Arc<dyn AnyCell>> = {
-            let mut starts = lock(&STARTS);
-            let n = starts.queue.len().min(START_BATCH);
-            let batch = starts.queue.drain(..n).collect();
-            if starts.queue.is_empty() {
-                starts.starter_scheduled = false;
-            } else {
-                // The next batch goes to another starter (the flag stays).
-                rt::spawn_detached(Starter);
-            }
-            batch
-        };
-        for cell in batch {
-            if let Err(p) =
-                std::panic::catch_unwind(AssertUnwindSafe(|| cell.clone().start_inline(cx)))
-            {
-                tracing::error!(
-                    actor = %cell.core().path(),
-                    "bug: panic in the first activation: {}",
-                    panic_message(&*p)
-                );
-            }
-        }
-        Poll::Ready(())
-    }
 }
 
 /// Most inline activations nested on one thread (an inline handler that
@@ -770,19 +703,19 @@ impl<A: Actor> AnyCell for ActorCell<A> {
         std::any::TypeId::of::<A>()
     }
 
-    fn start_inline(self: Arc<Self>, cx: &mut TaskContext<'_>) {
+    fn run_in(self: Arc<Self>, cx: &mut TaskContext<'_>) {
         let mut activation = Activation::new(self);
-        // Wakers registered during this poll belong to the starter task;
+        // Wakers registered during this poll belong to the runner task;
         // if the activation has to wait, its own task polls it again at
         // once (spawning schedules it), which registers the right waker.
-        // A wake of the finished starter is a no-op.
+        // A wake of the runner is at worst one spurious poll of it.
         if Pin::new(&mut activation).poll(cx).is_pending() {
             rt::spawn_detached(activation);
         }
     }
 
     fn spawn_activation(self: Arc<Self>) {
-        rt::spawn_detached(Activation::new(self));
+        crate::run_queue::enqueue(self);
     }
 
     fn run_activation_here(self: Arc<Self>) {
@@ -882,7 +815,7 @@ impl<A: Actor> ActorCell<A> {
             phase: Phase::Start,
             supervision,
         });
-        queue_start(cell.clone());
+        crate::run_queue::enqueue(cell.clone());
         Ok(me)
     }
 
@@ -991,7 +924,7 @@ impl<A: Actor> ActorCell<A> {
             if crate::deferred_activations::is_open() {
                 return self.defer_activation();
             }
-            rt::spawn_detached(Activation::new(self.clone()));
+            crate::run_queue::enqueue(self.clone());
         }
     }
 

@@ -63,6 +63,7 @@ mod props;
 pub mod remote;
 mod replier;
 pub mod rt;
+mod run_queue;
 mod supervision;
 mod sync;
 mod system;

@@ -51,6 +51,19 @@ where
     async_global_executor::spawn(future).detach();
 }
 
+/// How many threads run the executor's tasks: `ASYNC_STD_THREAD_COUNT`
+/// when set (as async-std reads it), else the available parallelism.
+pub(crate) fn worker_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::env::var("ASYNC_STD_THREAD_COUNT")
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
 /// Runs a future to completion on the current thread (for `main`, tests
 /// and examples).
 pub fn block_on<F: Future>(future: F) -> F::Output {
