@@ -1,16 +1,17 @@
 //! The actor cell: an actor's mailbox, state and scheduling.
 //!
 //! An idle actor is not a task. Its cell holds the mailbox and the parked
-//! state; the first message to arrive schedules an *activation* (a task)
-//! that owns the state, handles up to `throughput` messages, yields if
-//! more are waiting, and gives the state up again when the mailbox is empty.
+//! state; the first message to arrive schedules an *activation* (queued on
+//! the run queue, see `run_queue`) that owns the state, handles up to
+//! `throughput` messages, yields if more are waiting, and gives the state
+//! up again when the mailbox is empty.
 //! This is Akka's dispatcher design: memory per idle actor is the cell
 //! alone, and a busy actor runs without a wake-up per message.
 //!
-//! The activation task is only the cell's `Arc` (`Activation`): messages
-//! whose handler completes on its first poll run on a synchronous fast
-//! path; lifecycle phases and handlers or hooks that wait continue on the
-//! general async path (`run_slow`), boxed only then.
+//! An activation is only the cell's `Arc` (`Activation`): messages whose
+//! handler completes on its first poll run on a synchronous fast path;
+//! lifecycle phases and handlers or hooks that wait continue on the general
+//! async path (`run_slow`), boxed only then, in a task of their own.
 
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef};
@@ -339,7 +340,7 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     fn run_in(self: Arc<Self>, cx: &mut TaskContext<'_>);
     /// Queues the activation claimed for this actor on the run queue (see
     /// `deferred_activations`).
-    fn spawn_activation(self: Arc<Self>);
+    fn queue_activation(self: Arc<Self>);
     /// Runs the activation claimed for this actor on this thread when the
     /// nesting bound allows, as an ask does (see `deferred_activations`).
     fn run_activation_here(self: Arc<Self>);
@@ -580,8 +581,8 @@ impl<A: Actor> Resume<A> {
     }
 }
 
-/// The task of one activation: just the cell while messages are handled on
-/// the fast path (so spawning it moves a few bytes, not a large future),
+/// One activation: just the cell while messages are handled on the fast
+/// path (so queueing or spawning it moves a few bytes, not a large future),
 /// and the boxed general path once something had to wait.
 struct Activation<A: Actor> {
     /// Declared first, so dropped before `cell` (it may hold a `Resume`).
@@ -710,11 +711,16 @@ impl<A: Actor> AnyCell for ActorCell<A> {
         // once (spawning schedules it), which registers the right waker.
         // A wake of the runner is at worst one spurious poll of it.
         if Pin::new(&mut activation).poll(cx).is_pending() {
-            rt::spawn_detached(activation);
+            match activation.slow {
+                // It handled `throughput` messages and more wait: back to
+                // the end of the queue (no task needed).
+                None => crate::run_queue::enqueue(activation.cell.clone()),
+                Some(_) => rt::spawn_detached(activation),
+            }
         }
     }
 
-    fn spawn_activation(self: Arc<Self>) {
+    fn queue_activation(self: Arc<Self>) {
         crate::run_queue::enqueue(self);
     }
 
@@ -934,7 +940,7 @@ impl<A: Actor> ActorCell<A> {
     #[inline(never)]
     fn defer_activation(self: &Arc<Self>) {
         if let Err(cell) = crate::deferred_activations::defer(self.clone(), false) {
-            cell.spawn_activation();
+            cell.queue_activation();
         }
     }
 

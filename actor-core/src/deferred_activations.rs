@@ -1,12 +1,12 @@
 //! Activations started while a thread hands on a batch of letters (a
 //! connection's reader going through the frames it has already buffered)
-//! are spawned together when the batch ends, not one by one as each letter
+//! are queued together when the batch ends, not one by one as each letter
 //! arrives.
 //!
 //! Without this, an actor that keeps up with its sender goes idle between
-//! two letters of one batch, and each letter then spawns an activation and
-//! wakes a worker thread: under load a wake (a futex or eventfd write and a
-//! context switch) per message, which costs more than handling it. With
+//! two letters of one batch, and each letter then schedules an activation
+//! and wakes a worker thread: under load a wake (a futex or eventfd write
+//! and a context switch) per message, which costs more than handling it. With
 //! it, an actor is woken at most once per batch and takes its letters
 //! together. A batch is only what the reader already holds, bounded in
 //! frames, so the delay it adds is the time to decode that many frames.
@@ -46,8 +46,8 @@ struct Deferred {
 
 /// A batch of sends on this thread: while it lives, the activations that
 /// those sends would start are held back, and when it is dropped they
-/// start (each actor once): on the executor, or on this thread for an ask
-/// that would have run its actor inline.
+/// start (each actor once): on the executor's threads, or on this thread
+/// for an ask that would have run its actor inline.
 ///
 /// For code that sends messages while it holds a lock, such as a router
 /// that reads its routing table under a read lock: an inline ask runs the
@@ -125,7 +125,7 @@ impl Drop for DeferActivations {
             if here {
                 cell.run_activation_here();
             } else {
-                cell.spawn_activation();
+                cell.queue_activation();
             }
         }
         // Keep the vector's room for the next batch.

@@ -38,7 +38,8 @@ where
 /// Spawns a task that nobody awaits, straight on the executor underneath
 /// async-std: no join handle, no async-std task id or task-locals wrapper
 /// (so `async_std::task::current()` is not available inside it). Used for
-/// actor activations, where the per-task overhead is on the hot path.
+/// the run queue's runners and for activations that have to wait, where
+/// the per-task overhead is on the hot path.
 pub(crate) fn spawn_detached<F>(future: F)
 where
     F: Future<Output = ()> + Send + 'static,
@@ -52,14 +53,15 @@ where
 }
 
 /// How many threads run the executor's tasks: `ASYNC_STD_THREAD_COUNT`
-/// when set (as async-std reads it), else the available parallelism.
+/// when set (at least 1, as the executor takes it), else the available
+/// parallelism.
 pub(crate) fn worker_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| {
         std::env::var("ASYNC_STD_THREAD_COUNT")
             .ok()
             .and_then(|n| n.parse::<usize>().ok())
-            .filter(|n| *n > 0)
+            .map(|n| n.max(1))
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     })
 }
