@@ -320,9 +320,13 @@ impl<E: Entity> RegionShared<E> {
                 }
             }
         }
-        let reserved = matches!(&*route.read_home(), Home::Unknown);
-        // A message from another node was accepted there already: it is
-        // never refused here (the buffer may go over its size for it).
+        // A local sender's message takes its place now whatever the home:
+        // one for a known home also waits in the region while the shard's
+        // earlier messages are in flight or held for a full queue, and a
+        // burst of them all passed a check without a place. A message from
+        // another node was accepted there already: it is never refused
+        // here (the buffer may go over its size for it).
+        let reserved = !from_remote || matches!(&*route.read_home(), Home::Unknown);
         let full = if reserved {
             let before = self.buffered.fetch_add(1, Ordering::AcqRel);
             let full = before >= self.settings.buffer_size && !from_remote;

@@ -22,9 +22,11 @@ pub struct ShardingSettings {
     /// nodes use a proxy. The coordinator runs on the oldest member with
     /// the role. Default none (every member).
     pub role: Option<String>,
-    /// Messages a region buffers for shards whose home is not known yet
-    /// (`buffer-size`). Beyond it, messages are refused with an error.
-    /// Default 100,000.
+    /// Messages a region holds (`buffer-size`): those buffered for shards
+    /// whose home is not known yet or whose node's queue is full, and this
+    /// node's messages on their way through the region actor. Beyond it,
+    /// this node's senders are refused with an error (messages from other
+    /// nodes, accepted there, are not). Default 100,000.
     pub buffer_size: usize,
     /// How long a hand-off may take before the coordinator gives it up and
     /// entities that ignore their stop message are stopped
