@@ -338,12 +338,10 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     /// `cx` (a runner of the run queue), moving it to a task of its own if
     /// it has to wait.
     fn run_in(self: Arc<Self>, cx: &mut TaskContext<'_>);
-    /// Queues the activation claimed for this actor on the run queue (see
-    /// `deferred_activations`).
-    fn queue_activation(self: Arc<Self>);
-    /// Runs the activation claimed for this actor on this thread when the
-    /// nesting bound allows, as an ask does (see `deferred_activations`).
-    fn run_activation_here(self: Arc<Self>);
+    /// Starts the activation claimed for this actor: `here`, on this
+    /// thread when the nesting bound allows (as an ask does), else on the
+    /// run queue (see `deferred_activations`).
+    fn start_activation(self: Arc<Self>, here: bool);
 }
 
 /// Most inline activations nested on one thread (an inline handler that
@@ -720,15 +718,11 @@ impl<A: Actor> AnyCell for ActorCell<A> {
         }
     }
 
-    fn queue_activation(self: Arc<Self>) {
-        crate::run_queue::enqueue(self);
-    }
-
-    fn run_activation_here(self: Arc<Self>) {
-        let activation = Activation::new(self.clone());
-        match InlineAsks::enter() {
-            Some(_depth) => self.run_inline(activation),
-            None => rt::spawn_detached(activation),
+    fn start_activation(self: Arc<Self>, here: bool) {
+        if here {
+            self.start_here();
+        } else {
+            crate::run_queue::enqueue(self);
         }
     }
 }
@@ -884,17 +878,20 @@ impl<A: Actor> ActorCell<A> {
     fn schedule_here(self: &Arc<Self>) {
         // The same claim as `schedule`: whoever wins it owns the run state,
         // so the actor never runs in two places at once.
-        if !self.try_claim() {
-            return;
-        }
-        // Held back while this thread has a batch open (it may hold a
-        // lock that the handler needs): it runs here when the batch ends.
-        if crate::deferred_activations::is_open() {
-            if let Err(cell) = crate::deferred_activations::defer(self.clone(), true) {
-                cell.run_activation_here();
+        if self.try_claim() {
+            // Held back while this thread has a batch open (it may hold a
+            // lock that the handler needs): it runs here when the batch
+            // ends.
+            if crate::deferred_activations::is_open() {
+                return self.defer_activation(true);
             }
-            return;
+            self.start_here();
         }
+    }
+
+    /// Runs the claimed activation on this thread when the nesting bound
+    /// allows (see `InlineAsks`), else on the executor.
+    fn start_here(self: &Arc<Self>) {
         let activation = Activation::new(self.clone());
         match InlineAsks::enter() {
             Some(_depth) => self.run_inline(activation),
@@ -928,19 +925,20 @@ impl<A: Actor> ActorCell<A> {
         if self.try_claim() {
             // Held back while this thread hands on a batch of letters.
             if crate::deferred_activations::is_open() {
-                return self.defer_activation();
+                return self.defer_activation(false);
             }
             crate::run_queue::enqueue(self.clone());
         }
     }
 
     /// The claimed activation waits for the end of this thread's batch
-    /// (out of line: the common path of `schedule` stays small).
+    /// (out of line: the common path of `schedule` stays small); `here`
+    /// as in `AnyCell::start_activation`.
     #[cold]
     #[inline(never)]
-    fn defer_activation(self: &Arc<Self>) {
-        if let Err(cell) = crate::deferred_activations::defer(self.clone(), false) {
-            cell.queue_activation();
+    fn defer_activation(self: &Arc<Self>, here: bool) {
+        if let Err(cell) = crate::deferred_activations::defer(self.clone(), here) {
+            cell.start_activation(here);
         }
     }
 

@@ -122,11 +122,7 @@ impl Drop for DeferActivations {
         });
         let Ok(mut cells) = cells else { return };
         for (cell, here) in cells.drain(..) {
-            if here {
-                cell.run_activation_here();
-            } else {
-                cell.queue_activation();
-            }
+            cell.start_activation(here);
         }
         // Keep the vector's room for the next batch.
         let _ = DEFERRED.try_with(|d| {

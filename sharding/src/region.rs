@@ -327,15 +327,13 @@ impl<E: Entity> RegionShared<E> {
         // another node was accepted there already: it is never refused
         // here (the buffer may go over its size for it).
         let reserved = !from_remote || matches!(&*route.read_home(), Home::Unknown);
-        let full = if reserved {
+        let full = reserved && {
             let before = self.buffered.fetch_add(1, Ordering::AcqRel);
             let full = before >= self.settings.buffer_size && !from_remote;
             if full {
                 self.buffered.fetch_sub(1, Ordering::AcqRel);
             }
             full
-        } else {
-            !from_remote && self.buffered.load(Ordering::Relaxed) >= self.settings.buffer_size
         };
         if full {
             self.note_overflow();
@@ -476,9 +474,6 @@ pub(crate) struct GracefulShutdown;
 #[message(reply = bool)]
 pub(crate) struct IsRegistered;
 
-/// A shard hosted here: its actor and what senders read of it.
-type HostedShard<E> = (ActorRef<Shard<E>>, Arc<ActiveEntities<E>>);
-
 /// The shard region of entity type `E` on this node.
 pub struct Region<E: Entity> {
     shared: Arc<RegionShared<E>>,
@@ -489,8 +484,9 @@ pub struct Region<E: Entity> {
     registered: bool,
     factory: crate::sharding::EntityFactory<E>,
     buffers: HashMap<ShardId, VecDeque<Delivery<E>>>,
-    /// Shards hosted here.
-    shards: HashMap<ShardId, HostedShard<E>>,
+    /// Shards hosted here, by their actor (their entities are in their
+    /// routes' tables).
+    shards: HashMap<ShardId, ActorRef<Shard<E>>>,
     /// Shards whose hand-off has begun and whose new home is not known.
     handing_off: HashSet<ShardId>,
     /// Shards hosted here whose previous home is passing on the messages
@@ -649,7 +645,7 @@ impl<E: Entity> Region<E> {
             return;
         };
         let per_shard = (limit / self.shards.len().max(1)).max(1);
-        for (actor, _) in self.shards.values() {
+        for actor in self.shards.values() {
             let _ = actor.tell(ShardsUpdated { per_shard });
         }
     }
@@ -696,7 +692,7 @@ impl<E: Entity> Region<E> {
                 }
                 drop(home);
                 match self.shards.get(shard) {
-                    Some((actor, _)) => {
+                    Some(actor) => {
                         let actor = actor.clone();
                         self.hand_to_shard(route, &actor, delivery);
                     }
@@ -875,7 +871,7 @@ impl<E: Entity> Region<E> {
         shard: &ShardId,
         ctx: &mut Context<Self>,
     ) -> Option<ActorRef<Shard<E>>> {
-        if let Some((actor, _)) = self.shards.get(shard) {
+        if let Some(actor) = self.shards.get(shard) {
             return Some(actor.clone());
         }
         if self.proxy_only {
@@ -885,8 +881,6 @@ impl<E: Entity> Region<E> {
             );
             return None;
         }
-        // The route's table (closed until the home is published).
-        let local = self.shared.route(shard).local.clone();
         // Its share until the next update, counting itself.
         let initial_limit = self
             .active_entity_limit
@@ -894,7 +888,8 @@ impl<E: Entity> Region<E> {
         let props = Props::new(Shard::new(ShardStart {
             initial_limit,
             shard: shard.clone(),
-            local: local.clone(),
+            // The route's table (closed until the home is published).
+            local: self.shared.route(shard).local.clone(),
             region: ctx.myself().clone(),
             system: self.shared.system.clone(),
             factory: self.factory.clone(),
@@ -912,7 +907,7 @@ impl<E: Entity> Region<E> {
         }));
         match ctx.spawn_props(props) {
             Ok(actor) => {
-                self.shards.insert(shard.clone(), (actor.clone(), local));
+                self.shards.insert(shard.clone(), actor.clone());
                 self.shards_updated(ctx);
                 Some(actor)
             }
@@ -1024,9 +1019,7 @@ impl<E: Entity> Region<E> {
         // The old home passing on what it held, while this region waits for
         // it: to the shard, ahead of the local senders' messages held here.
         let to_shard = if from_remote && self.awaiting_flush.contains_key(&route.shard) {
-            self.shards
-                .get(&route.shard)
-                .map(|(actor, _)| actor.clone())
+            self.shards.get(&route.shard).cloned()
         } else {
             None
         };
@@ -1220,7 +1213,7 @@ impl<E: Entity> Region<E> {
         self.awaiting_flush.remove(&shard);
         self.shared.route(&shard).set_home(Home::Unknown);
         let stopped = match self.shards.get(&shard) {
-            Some((actor, _)) => actor.tell(ShardHandOff).is_err(),
+            Some(actor) => actor.tell(ShardHandOff).is_err(),
             None => true,
         };
         if stopped {
@@ -1325,8 +1318,8 @@ impl<E: Entity> Region<E> {
         Some(ShardRegionStats {
             stats: self
                 .shards
-                .iter()
-                .map(|(id, (_, local))| (id.to_string(), local.len()))
+                .keys()
+                .map(|id| (id.to_string(), self.shared.route(id).local.len()))
                 .collect(),
         })
     }
@@ -1334,8 +1327,9 @@ impl<E: Entity> Region<E> {
     async fn on_state(&mut self, _msg: GetRegionState) -> CurrentShardRegionState {
         let mut shards: Vec<ShardState> = self
             .shards
-            .iter()
-            .map(|(id, (_, local))| {
+            .keys()
+            .map(|id| {
+                let local = &self.shared.route(id).local;
                 let mut entity_ids: Vec<String> =
                     local.ids().iter().map(|e| e.to_string()).collect();
                 entity_ids.sort();

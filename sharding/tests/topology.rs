@@ -589,6 +589,29 @@ fn shards_the_strategy_moves_go_where_it_says_and_wait_while_it_has_no_home_for_
     });
 }
 
+/// A proxy-only node joining through `seed` whose queue to each node holds
+/// only 32 frames.
+fn proxy_with_small_queues(seed: &Node, settings: ShardingSettings) -> Node {
+    let mut remote = troupe_core::remote::RemoteSettings::new("127.0.0.1:0")
+        .with_secret("sharding-test")
+        .with_fault_injection();
+    remote.outbound_queue_size = 32;
+    let system = troupe_core::ActorSystem::builder("shard")
+        .remote(remote)
+        .build()
+        .unwrap();
+    let cluster =
+        troupe_cluster::Cluster::start(&system, cluster_settings(&[seed.address()])).unwrap();
+    let sharding = troupe_sharding::ClusterSharding::new(&system, &cluster).unwrap();
+    let proxy = Node {
+        system,
+        cluster,
+        sharding,
+    };
+    proxy.sharding.start_proxy::<Counter>(settings).unwrap();
+    proxy
+}
+
 #[test]
 fn messages_buffered_for_a_node_whose_queue_is_full_wait_and_all_arrive_in_order() {
     init_logging();
@@ -598,26 +621,7 @@ fn messages_buffered_for_a_node_whose_queue_is_full_wait_and_all_arrive_in_order
         let host = start_nodes(1, &probe, settings.clone()).remove(0);
         // A proxy whose queue to each node holds a few frames: the burst
         // it buffers while the shard is allocated cannot all go at once.
-        let mut remote = troupe_core::remote::RemoteSettings::new("127.0.0.1:0")
-            .with_secret("sharding-test")
-            .with_fault_injection();
-        remote.outbound_queue_size = 32;
-        let system = troupe_core::ActorSystem::builder("shard")
-            .remote(remote)
-            .build()
-            .unwrap();
-        let cluster =
-            troupe_cluster::Cluster::start(&system, cluster_settings(&[host.address()])).unwrap();
-        let sharding = troupe_sharding::ClusterSharding::new(&system, &cluster).unwrap();
-        let proxy = Node {
-            system,
-            cluster,
-            sharding,
-        };
-        proxy
-            .sharding
-            .start_proxy::<Counter>(settings.clone())
-            .unwrap();
+        let proxy = proxy_with_small_queues(&host, settings.clone());
         all_up(&[&host, &proxy], 2).await;
         let burst = proxy.counter("burst");
         const N: u64 = 3000;
@@ -650,6 +654,23 @@ fn messages_buffered_for_a_node_whose_queue_is_full_wait_and_all_arrive_in_order
     });
 }
 
+/// Moves `shard` to `to` through the chosen-allocation strategy (Pekko's
+/// "rebalance specified shards"), running `load` until `to` hosts it.
+async fn move_shard_while(choice: &Choice, shard: &str, to: &Node, mut load: impl AsyncFnMut()) {
+    choice.choose(Some(to));
+    choice.to_move.lock().unwrap().insert(shard.into());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !to.hosted_shards().await.contains(shard) {
+        assert!(
+            Instant::now() < deadline,
+            "shard {shard} did not move to {}",
+            to.name()
+        );
+        load().await;
+    }
+    choice.to_move.lock().unwrap().clear();
+}
+
 /// A shard's table of active entities lives as long as its route: it is
 /// closed when the shard leaves and opened again when the shard comes
 /// back. Senders on the node it came back to reach the new incarnation
@@ -676,28 +697,20 @@ fn a_shard_that_leaves_and_comes_back_is_reached_directly_again() {
         assert_eq!(a.ask_timeout(WhereAreYou, ASK).await.unwrap(), home.name());
 
         // Away, while the home node keeps sending.
-        choice.choose(Some(away));
-        choice.to_move.lock().unwrap().insert(a.shard_id().into());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !away.hosted_shards().await.contains(a.shard_id()) {
-            assert!(Instant::now() < deadline, "the shard did not move away");
+        move_shard_while(&choice, a.shard_id(), away, async || {
             burst(10);
             rt::sleep(Duration::from_millis(5)).await;
-        }
-        choice.to_move.lock().unwrap().clear();
+        })
+        .await;
         burst(50);
         assert_eq!(a.ask_timeout(WhereAreYou, ASK).await.unwrap(), away.name());
 
         // And back.
-        choice.choose(Some(home));
-        choice.to_move.lock().unwrap().insert(a.shard_id().into());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !home.hosted_shards().await.contains(a.shard_id()) {
-            assert!(Instant::now() < deadline, "the shard did not come back");
+        move_shard_while(&choice, a.shard_id(), home, async || {
             burst(10);
             rt::sleep(Duration::from_millis(5)).await;
-        }
-        choice.to_move.lock().unwrap().clear();
+        })
+        .await;
         assert_eq!(a.ask_timeout(WhereAreYou, ASK).await.unwrap(), home.name());
 
         // The new incarnation runs: the home node's messages skip the
@@ -741,24 +754,7 @@ fn a_shard_moving_while_the_queues_to_its_homes_are_full_loses_and_reorders_noth
         let probe = Arc::new(Probe::default());
         let settings = sharding_settings();
         let (nodes, choice) = nodes_with_chosen_allocation(&probe, settings.clone()).await;
-        let mut remote = troupe_core::remote::RemoteSettings::new("127.0.0.1:0")
-            .with_secret("sharding-test")
-            .with_fault_injection();
-        remote.outbound_queue_size = 32;
-        let system = troupe_core::ActorSystem::builder("shard")
-            .remote(remote)
-            .build()
-            .unwrap();
-        let cluster =
-            troupe_cluster::Cluster::start(&system, cluster_settings(&[nodes[0].address()]))
-                .unwrap();
-        let sharding = troupe_sharding::ClusterSharding::new(&system, &cluster).unwrap();
-        let proxy = Node {
-            system,
-            cluster,
-            sharding,
-        };
-        proxy.sharding.start_proxy::<Counter>(settings).unwrap();
+        let proxy = proxy_with_small_queues(&nodes[0], settings);
         let all: Vec<&Node> = nodes.iter().chain([&proxy]).collect();
         all_up(&all, 4).await;
 
@@ -793,17 +789,7 @@ fn a_shard_moving_while_the_queues_to_its_homes_are_full_loses_and_reorders_noth
         };
         for round in 0..4 {
             let home = &nodes[if round % 2 == 0 { 2 } else { 1 }];
-            choice.choose(Some(home));
-            choice.to_move.lock().unwrap().insert(shard.clone());
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while !home.hosted_shards().await.contains(&*shard) {
-                assert!(
-                    Instant::now() < deadline,
-                    "round {round}: the shard did not move"
-                );
-                send(100, &mut next).await;
-            }
-            choice.to_move.lock().unwrap().clear();
+            move_shard_while(&choice, &shard, home, async || send(100, &mut next).await).await;
             send(100, &mut next).await;
         }
         let sent = next;
