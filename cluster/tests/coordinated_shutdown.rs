@@ -459,7 +459,12 @@ fn a_node_that_runs_its_coordinated_shutdown_leaves_and_hands_its_singleton_over
 
         // The singleton moved, never two at once, and the node is removed
         // everywhere after a graceful exit.
-        eventually("a new host", async || nodes.iter().any(hosts)).await;
+        // The instance's name is taken when it is spawned, before its
+        // `started` hook has run: wait for both.
+        eventually("a new host", async || {
+            nodes.iter().any(hosts) && probe.started.load(Ordering::SeqCst) >= 2
+        })
+        .await;
         assert_eq!(
             probe.max_alive.load(Ordering::SeqCst),
             1,

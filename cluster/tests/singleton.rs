@@ -219,13 +219,17 @@ fn the_oldest_hosts_it_and_a_leave_hands_it_over_without_overlap() {
         let leaving_addr = nodes[first].cluster.self_address().clone();
         nodes[younger].cluster.leave(&leaving_addr);
         let leaving = nodes.remove(first);
-        eventually("a new host", async || nodes.iter().any(hosts)).await;
+        // The instance's name is taken when it is spawned, before its
+        // `started` hook has run: wait for both.
+        eventually("a new host", async || {
+            nodes.iter().any(hosts) && probe.started.load(Ordering::SeqCst) >= 2
+        })
+        .await;
         assert_eq!(
             probe.max_alive.load(Ordering::SeqCst),
             1,
             "two instances at once"
         );
-        assert!(probe.started.load(Ordering::SeqCst) >= 2);
         // The proxy follows it (a fresh instance: tickets start again).
         let t = rt::timeout(DEADLINE, proxy.ask(NextTicket))
             .await
