@@ -140,3 +140,29 @@ impl fmt::Display for SystemError {
 }
 
 impl std::error::Error for SystemError {}
+
+/// Why [`ActorSystem::set_shutdown_sequence`](crate::ActorSystem::set_shutdown_sequence)
+/// refused a sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShutdownSequenceError {
+    /// The system has a shutdown sequence already.
+    AlreadySet,
+    /// The system has terminated.
+    AlreadyTerminated,
+}
+
+impl fmt::Display for ShutdownSequenceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShutdownSequenceError::AlreadySet => {
+                f.write_str("the actor system has a shutdown sequence already")
+            }
+            ShutdownSequenceError::AlreadyTerminated => {
+                f.write_str("the actor system has terminated")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ShutdownSequenceError {}

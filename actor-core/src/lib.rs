@@ -80,7 +80,7 @@ pub use codec::{
 pub use context::Context;
 pub use dead_letters::DeadLetter;
 pub use deferred_activations::DeferActivations;
-pub use error::{AskError, SpawnError, SystemError, TellError};
+pub use error::{AskError, ShutdownSequenceError, SpawnError, SystemError, TellError};
 pub use message::Message;
 pub use path::ActorPath;
 pub use props::{MailboxConfig, NamedFactory, Props};

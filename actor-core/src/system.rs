@@ -6,7 +6,7 @@ use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::cell::ActorCell;
 use crate::codec::RegisterError;
 use crate::dead_letters::{lock, DeadLetter, DeadLetterOffice};
-use crate::error::{SpawnError, SystemError};
+use crate::error::{ShutdownSequenceError, SpawnError, SystemError};
 use crate::message::Message;
 use crate::props::Props;
 use crate::remote::registry::Registry;
@@ -17,6 +17,8 @@ use serde::Serialize;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -78,7 +80,13 @@ pub(crate) struct SystemShared {
     pub(crate) remote: OnceLock<Arc<RemotingShared>>,
     /// Extensions (cluster, sharding ...), one per type.
     extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// What `shutdown` runs before it stops the actors (taken at
+    /// termination, which breaks the cycle through the system).
+    shutdown_sequence: Mutex<Option<ShutdownSequence>>,
 }
+
+/// An ordered shutdown run by [`ActorSystem::shutdown`].
+type ShutdownSequence = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 impl SystemShared {
     pub(crate) fn name(&self) -> &str {
@@ -194,6 +202,7 @@ impl ActorSystem {
             registry: Registry::default(),
             remote: OnceLock::new(),
             extensions: Mutex::new(HashMap::new()),
+            shutdown_sequence: Mutex::new(None),
         });
         if let Some(remote) = remote {
             remote.validate()?;
@@ -420,10 +429,79 @@ impl ActorSystem {
         self.guardians().is_none()
     }
 
-    /// Stops every actor — children before their parents, `/user` before
-    /// `/system` — and returns when all have stopped. Calling it again (or
-    /// concurrently) waits for the same shutdown.
+    /// Shuts the system down: runs its shutdown sequence if one is set
+    /// (a cluster node's coordinated shutdown, which leaves the cluster
+    /// gracefully first; see
+    /// [`set_shutdown_sequence`](Self::set_shutdown_sequence)), then stops
+    /// every actor as [`terminate`](Self::terminate) does, and returns
+    /// when all have stopped. Calling it again (or concurrently) waits for
+    /// the same shutdown.
+    ///
+    /// Do not call it from a task of the shutdown sequence itself (it
+    /// would wait for the sequence it is part of): such a task calls
+    /// [`terminate`](Self::terminate).
     pub async fn shutdown(&self) {
+        let sequence = lock(&self.shared.shutdown_sequence).clone();
+        if let Some(sequence) = sequence {
+            sequence().await;
+        }
+        self.terminate().await;
+    }
+
+    /// Sets what [`shutdown`](Self::shutdown) runs before it stops the
+    /// actors: an ordered sequence that ends the node's part in whatever
+    /// it belongs to (Akka's `run-by-actor-system-terminate`). The cluster
+    /// extension sets its coordinated shutdown here. Every call of
+    /// `shutdown` calls `sequence`, which must be idempotent (join the run
+    /// already under way). [`terminate`](Self::terminate) skips it.
+    ///
+    /// Fails if a sequence is set already, or the system has terminated.
+    ///
+    /// ```
+    /// use troupe_core::prelude::*;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// troupe_core::rt::block_on(async {
+    ///     let system = ActorSystem::new("example").unwrap();
+    ///     let ran = Arc::new(AtomicUsize::new(0));
+    ///     let r = ran.clone();
+    ///     system
+    ///         .set_shutdown_sequence(move || {
+    ///             let r = r.clone();
+    ///             async move {
+    ///                 // e.g. stop taking requests, hand work over
+    ///                 r.fetch_add(1, Ordering::SeqCst);
+    ///             }
+    ///         })
+    ///         .unwrap();
+    ///     system.shutdown().await;
+    ///     assert_eq!(ran.load(Ordering::SeqCst), 1);
+    ///     assert!(system.is_terminated());
+    /// });
+    /// ```
+    pub fn set_shutdown_sequence<F, Fut>(&self, sequence: F) -> Result<(), ShutdownSequenceError>
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let mut slot = lock(&self.shared.shutdown_sequence);
+        if self.is_terminated() {
+            return Err(ShutdownSequenceError::AlreadyTerminated);
+        }
+        if slot.is_some() {
+            return Err(ShutdownSequenceError::AlreadySet);
+        }
+        *slot = Some(Arc::new(move || Box::pin(sequence()) as Pin<Box<_>>));
+        Ok(())
+    }
+
+    /// Stops every actor — children before their parents, `/user` before
+    /// `/system` — and returns when all have stopped, without running the
+    /// shutdown sequence: on a cluster node, an abrupt stop that the others
+    /// see as a crash (the coordinated shutdown's last phase calls it).
+    /// Calling it again (or concurrently) waits for the same stop.
+    pub async fn terminate(&self) {
         let Some(g) = self.guardians() else {
             return;
         };
@@ -436,7 +514,10 @@ impl ActorSystem {
             remoting.shutdown().await;
         }
         lock(&self.shared.guardians).take();
-        // Extensions usually hold the system: dropping them breaks the cycle.
+        // Extensions and the sequence usually hold the system: dropping
+        // them breaks the cycle.
+        let sequence = lock(&self.shared.shutdown_sequence).take();
+        drop(sequence);
         let extensions = std::mem::take(&mut *lock(&self.shared.extensions));
         drop(extensions);
         tracing::debug!("actor system `{}` terminated", self.shared.name);

@@ -262,3 +262,60 @@ fn spawn_after_shutdown_gives_a_stopped_actor() {
         ));
     });
 }
+
+#[test]
+fn shutdown_runs_the_shutdown_sequence_first_and_terminate_skips_it() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use troupe_core::ShutdownSequenceError;
+    rt::block_on(async {
+        // `shutdown`: the sequence runs while the actors still run, and
+        // every caller waits for it.
+        let system = ActorSystem::new("sequence").unwrap();
+        let counter = system.spawn(Counter::default());
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (r, c) = (ran.clone(), counter.clone());
+        system
+            .set_shutdown_sequence(move || {
+                let (r, c) = (r.clone(), c.clone());
+                async move {
+                    // An actor still answers during the sequence (which
+                    // both callers below run).
+                    assert!(c.ask(Add(2)).await.unwrap() >= 2);
+                    r.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .unwrap();
+        assert_eq!(
+            system.set_shutdown_sequence(|| async {}),
+            Err(ShutdownSequenceError::AlreadySet)
+        );
+        futures_lite::future::zip(system.shutdown(), system.shutdown()).await;
+        assert!(system.is_terminated());
+        assert!(ran.load(Ordering::SeqCst) >= 1);
+        assert!(counter.is_terminated());
+        assert_eq!(
+            system.set_shutdown_sequence(|| async {}),
+            Err(ShutdownSequenceError::AlreadyTerminated)
+        );
+
+        // `terminate`: stops at once, without the sequence.
+        let system = ActorSystem::new("abrupt").unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        system
+            .set_shutdown_sequence(move || {
+                let r = r.clone();
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .unwrap();
+        system.terminate().await;
+        assert!(system.is_terminated());
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        // A later `shutdown` finds the system stopped.
+        system.shutdown().await;
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "the sequence was dropped");
+    });
+}

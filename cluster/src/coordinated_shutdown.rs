@@ -156,6 +156,9 @@ pub enum Reason {
     /// This node could not join its seed nodes in time
     /// (`shutdown_after_unsuccessful_join_seed_nodes`).
     ClusterJoinUnsuccessful,
+    /// [`ActorSystem::shutdown`] was called (see
+    /// [`CoordinatedShutdownSettings::run_by_actor_system_terminate`]).
+    ActorSystemTerminate,
     /// The application's own reason.
     Custom(String),
 }
@@ -168,6 +171,7 @@ impl fmt::Display for Reason {
             Reason::ClusterLeaving => f.write_str("this node left the cluster"),
             Reason::ClusterDowning => f.write_str("this node was downed or removed"),
             Reason::ClusterJoinUnsuccessful => f.write_str("joining the seed nodes failed"),
+            Reason::ActorSystemTerminate => f.write_str("the actor system is shutting down"),
             Reason::Custom(why) => f.write_str(why),
         }
     }
@@ -223,6 +227,12 @@ pub struct CoordinatedShutdownSettings {
     pub phase_timeouts: BTreeMap<Phase, Duration>,
     /// Stop the actor system in the last phase. Default true.
     pub terminate_actor_system: bool,
+    /// [`ActorSystem::shutdown`] runs this coordinated shutdown first, so
+    /// that a node shut down that way leaves the cluster gracefully (its
+    /// shards and singletons handed over) instead of vanishing. Default
+    /// true, as Akka's `run-by-actor-system-terminate`.
+    /// [`ActorSystem::terminate`] always stops at once.
+    pub run_by_actor_system_terminate: bool,
 }
 
 impl Default for CoordinatedShutdownSettings {
@@ -238,6 +248,7 @@ impl Default for CoordinatedShutdownSettings {
             .into_iter()
             .collect(),
             terminate_actor_system: true,
+            run_by_actor_system_terminate: true,
         }
     }
 }
@@ -343,7 +354,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl CoordinatedShutdown {
     /// A coordinated shutdown for `system`: with
-    /// `settings.terminate_actor_system`, its last phase stops the system.
+    /// `settings.terminate_actor_system`, its last phase stops the system;
+    /// with `settings.run_by_actor_system_terminate`, it becomes the
+    /// system's shutdown sequence (unless the system has one already),
+    /// run by [`ActorSystem::shutdown`] with
+    /// [`Reason::ActorSystemTerminate`].
     /// The cluster extension makes one (and registers its own tasks); use
     /// [`Cluster::coordinated_shutdown`](crate::Cluster::coordinated_shutdown).
     pub fn new(system: &ActorSystem, settings: CoordinatedShutdownSettings) -> Self {
@@ -367,9 +382,17 @@ impl CoordinatedShutdown {
             cs.add_task(
                 Phase::ActorSystemTerminate,
                 "terminate-actor-system",
-                move || async move { system.shutdown().await },
+                // Not `shutdown`: that would wait for this very run.
+                move || async move { system.terminate().await },
             )
             .expect("a new coordinated shutdown accepts tasks");
+        }
+        if cs.inner.settings.run_by_actor_system_terminate {
+            let me = cs.clone();
+            let set = system.set_shutdown_sequence(move || me.run(Reason::ActorSystemTerminate));
+            if let Err(e) = set {
+                tracing::warn!("ActorSystem::shutdown will not run this coordinated shutdown: {e}");
+            }
         }
         cs
     }

@@ -219,6 +219,7 @@ struct SettingsFile {
 struct CoordinatedShutdownFile {
     default_phase_timeout: Option<String>,
     terminate_actor_system: Option<bool>,
+    run_by_actor_system_terminate: Option<bool>,
     phases: Option<BTreeMap<String, PhaseFile>>,
 }
 
@@ -421,6 +422,9 @@ impl ClusterSettings {
             }
             if let Some(v) = cs.terminate_actor_system {
                 c.terminate_actor_system = v;
+            }
+            if let Some(v) = cs.run_by_actor_system_terminate {
+                c.run_by_actor_system_terminate = v;
             }
             for (name, phase) in cs.phases.unwrap_or_default() {
                 let p: Phase = name
@@ -652,6 +656,7 @@ mod tests {
             [coordinated-shutdown]
             default-phase-timeout = "2s"
             terminate-actor-system = false
+            run-by-actor-system-terminate = false
             [coordinated-shutdown.phases.cluster-exiting]
             timeout = "30s"
             "#,
@@ -660,6 +665,12 @@ mod tests {
         assert!(!s.run_coordinated_shutdown_when_down);
         let c = &s.coordinated_shutdown;
         assert!(!c.terminate_actor_system);
+        assert!(!c.run_by_actor_system_terminate);
+        assert!(
+            ClusterSettings::default()
+                .coordinated_shutdown
+                .run_by_actor_system_terminate
+        );
         assert_eq!(c.timeout(Phase::ClusterLeave), Duration::from_secs(2));
         assert_eq!(c.timeout(Phase::ClusterExiting), Duration::from_secs(30));
         assert_eq!(

@@ -417,8 +417,26 @@ fn listen(node: &Node) -> (ActorRef<Listener>, Arc<Mutex<Vec<Received>>>) {
     (listener, log)
 }
 
+/// How the oldest node is shut down in `leave_gracefully`.
+#[derive(Clone, Copy, PartialEq)]
+enum ShutDownBy {
+    /// `CoordinatedShutdown::run`, as a SIGTERM handler does.
+    CoordinatedShutdown,
+    /// `ActorSystem::shutdown`, which runs the coordinated shutdown first.
+    ActorSystem,
+}
+
 #[test]
 fn a_node_that_runs_its_coordinated_shutdown_leaves_and_hands_its_singleton_over() {
+    leave_gracefully(ShutDownBy::CoordinatedShutdown);
+}
+
+#[test]
+fn an_actor_system_shutdown_runs_the_coordinated_shutdown_and_leaves_gracefully() {
+    leave_gracefully(ShutDownBy::ActorSystem);
+}
+
+fn leave_gracefully(by: ShutDownBy) {
     init_logging();
     rt::block_on(async {
         let probe = Arc::new(Probe::default());
@@ -446,11 +464,25 @@ fn a_node_that_runs_its_coordinated_shutdown_leaves_and_hands_its_singleton_over
         .unwrap();
 
         let t0 = Instant::now();
-        rt::timeout(DEADLINE, cs.run(Reason::ProcessExit))
-            .await
-            .expect("the shutdown finishes");
+        let system = leaving.system.clone();
+        match by {
+            ShutDownBy::CoordinatedShutdown => {
+                rt::timeout(DEADLINE, cs.run(Reason::ProcessExit)).await
+            }
+            ShutDownBy::ActorSystem => rt::timeout(DEADLINE, system.shutdown()).await,
+        }
+        .expect("the shutdown finishes");
         tracing::info!("coordinated shutdown took {:?}", t0.elapsed());
         assert_eq!(unbound.load(Ordering::SeqCst), 1);
+        let reason = match by {
+            ShutDownBy::CoordinatedShutdown => Reason::ProcessExit,
+            ShutDownBy::ActorSystem => Reason::ActorSystemTerminate,
+        };
+        assert_eq!(cs.reason(), Some(reason));
+        assert!(
+            cs.is_finished(),
+            "shutdown returned before the sequence ended"
+        );
         assert!(
             leaving.system.is_terminated(),
             "the actor system was stopped"

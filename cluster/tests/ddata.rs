@@ -482,7 +482,7 @@ fn a_node_that_left_is_pruned_from_the_data_and_its_count_kept() {
             );
             rt::sleep(Duration::from_millis(50)).await;
         }
-        gone.system.shutdown().await;
+        gone.system.terminate().await;
         shutdown(nodes).await;
     });
 }

@@ -456,7 +456,7 @@ fn a_mutable_server_joins_removes_and_downs_members() {
         // Down (case-insensitive) a crashed node: the third goes away too.
         let third_address = third.address();
         third.http.stop().await;
-        third.system.shutdown().await;
+        third.system.terminate().await;
         let json = await_members(&first, "the third node unreachable", |json| {
             json["unreachable"].as_array().unwrap().len() == 1
         })

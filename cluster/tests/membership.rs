@@ -228,7 +228,7 @@ fn an_unreachable_member_is_downed_by_keep_majority_and_removed() {
         let rest: Vec<&Node> = nodes.iter().collect();
         await_members(&rest, &all(&nodes), MemberStatus::Up).await;
         shutdown(nodes).await;
-        lost.system.shutdown().await;
+        lost.system.terminate().await;
     });
 }
 
@@ -294,7 +294,7 @@ fn a_restarted_node_rejoins_and_its_old_incarnation_is_removed() {
         let old = nodes.pop().unwrap();
         let port = address(&old.system).port();
         let old_uid = old.cluster.self_node().uid;
-        old.system.shutdown().await;
+        old.system.terminate().await;
         let seeds = vec![address(&nodes[0].system)];
         let again = ActorSystem::builder("cluster")
             .remote(
@@ -430,7 +430,7 @@ fn a_running_member_that_is_downed_leaves_and_is_removed() {
         let rest: Vec<&Node> = nodes.iter().collect();
         await_members(&rest, &all(&nodes), MemberStatus::Up).await;
         shutdown(nodes).await;
-        downed.system.shutdown().await;
+        downed.system.terminate().await;
     });
 }
 

@@ -312,7 +312,7 @@ fn a_crashed_host_is_taken_over_after_it_is_downed() {
         for n in nodes {
             n.system.shutdown().await;
         }
-        host.system.shutdown().await;
+        host.system.terminate().await;
     });
 }
 
@@ -352,7 +352,7 @@ fn a_down_removal_margin_delays_the_take_over_so_instances_never_overlap() {
         for n in nodes {
             n.system.shutdown().await;
         }
-        host.system.shutdown().await;
+        host.system.terminate().await;
     });
 }
 

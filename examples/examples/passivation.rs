@@ -282,7 +282,7 @@ fn main() {
             on_third.len()
         );
         let third_address = third.cluster.self_address().clone();
-        third.system.shutdown().await;
+        third.system.terminate().await;
         first.cluster.down(&third_address);
         // Nobody sends them anything: the coordinator allocates their
         // shards again and the shards start their remembered entities.

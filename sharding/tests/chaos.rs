@@ -151,7 +151,7 @@ fn numbered_messages_survive_joins_leaves_crashes_and_partitions() {
                     eprintln!("chaos: {} stops abruptly", victim.name());
                     // Its entities die with it: they stop counting at once.
                     probe.crashed(&victim.name());
-                    victim.system.shutdown().await;
+                    victim.system.terminate().await;
                     nodes[0].cluster.down(&victim.address());
                     gone(&nodes[0], &victim.address()).await;
                 }
@@ -169,7 +169,7 @@ fn numbered_messages_survive_joins_leaves_crashes_and_partitions() {
                         while !victim.cluster.is_terminated() && Instant::now() < deadline {
                             rt::sleep(Duration::from_millis(100)).await;
                         }
-                        victim.system.shutdown().await;
+                        victim.system.terminate().await;
                     });
                     gone(&nodes[0], &address).await;
                 }

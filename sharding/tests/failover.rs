@@ -100,7 +100,7 @@ fn a_node_cut_off_is_downed_and_its_shards_are_allocated_again_elsewhere() {
         check_after_loss(&rest, &lost.name(), &before, 3).await;
         assert_eq!(probe.state(|p| p.max_alive), 1);
         shutdown_all(nodes).await;
-        lost.system.shutdown().await;
+        lost.system.terminate().await;
     });
 }
 
@@ -120,7 +120,7 @@ fn a_node_stopped_without_leaving_is_downed_by_hand_and_its_shards_move() {
         let (lost_name, lost_address) = (lost.name(), lost.address());
         assert!(before.values().any(|n| *n == lost_name));
         // An abrupt stop: no leave, no hand-off; its entities stop with it.
-        lost.system.shutdown().await;
+        lost.system.terminate().await;
         drop(lost);
         nodes[0].cluster.down(&lost_address);
         let rest: Vec<&Node> = nodes.iter().collect();
@@ -157,7 +157,7 @@ fn min_nr_of_members_only_delays_the_first_allocation_not_a_fail_over() {
         check_after_loss(&rest, &lost.name(), &before, 3).await;
         assert_eq!(probe.state(|p| p.max_alive), 1);
         shutdown_all(nodes).await;
-        lost.system.shutdown().await;
+        lost.system.terminate().await;
     });
 }
 
@@ -247,7 +247,7 @@ fn the_coordinator_s_node_is_cut_off_and_a_new_coordinator_takes_over_its_state(
         assert!(nodes[2].hosted_shards().await.is_empty());
         assert_eq!(probe.state(|p| p.max_alive), 1);
         shutdown_all(nodes).await;
-        old.system.shutdown().await;
+        old.system.terminate().await;
     });
 }
 
@@ -281,6 +281,6 @@ fn a_new_coordinator_answers_soon_after_the_old_one_s_node_is_removed() {
             "the lost shards had new homes only {took:?} after their node was removed"
         );
         shutdown_all(nodes).await;
-        old.system.shutdown().await;
+        old.system.terminate().await;
     });
 }

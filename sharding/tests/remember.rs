@@ -101,7 +101,7 @@ fn remembered_entities_of_a_crashed_coordinator_node_start_elsewhere() {
         .await;
         assert_eq!(probe.state(|p| p.max_alive), 1, "two incarnations at once");
         shutdown_all(nodes).await;
-        lost.system.shutdown().await;
+        lost.system.terminate().await;
     });
 }
 

@@ -451,9 +451,13 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     dir
 }
 
+/// Stops the nodes at the end of a test, abruptly (`terminate`): a
+/// graceful `shutdown` would leave the cluster first, which waits out its
+/// phase timeouts on a node that a test cut off. The tests of graceful
+/// shutdown call it themselves.
 pub async fn shutdown_all(nodes: impl IntoIterator<Item = Node>) {
     for n in nodes {
-        n.system.shutdown().await;
+        n.system.terminate().await;
     }
 }
 
