@@ -80,9 +80,16 @@ pub(crate) struct SystemShared {
     pub(crate) remote: OnceLock<Arc<RemotingShared>>,
     /// Extensions (cluster, sharding ...), one per type.
     extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
-    /// What `shutdown` runs before it stops the actors (taken at
-    /// termination, which breaks the cycle through the system).
-    shutdown_sequence: Mutex<Option<ShutdownSequence>>,
+    /// What `shutdown` runs before it stops the actors.
+    shutdown_sequence: Mutex<SequenceSlot>,
+}
+
+/// The shutdown sequence, taken when termination starts (which breaks the
+/// cycle through the system); none can be set after that.
+#[derive(Default)]
+struct SequenceSlot {
+    sequence: Option<ShutdownSequence>,
+    terminating: bool,
 }
 
 /// An ordered shutdown run by [`ActorSystem::shutdown`].
@@ -202,7 +209,7 @@ impl ActorSystem {
             registry: Registry::default(),
             remote: OnceLock::new(),
             extensions: Mutex::new(HashMap::new()),
-            shutdown_sequence: Mutex::new(None),
+            shutdown_sequence: Mutex::new(SequenceSlot::default()),
         });
         if let Some(remote) = remote {
             remote.validate()?;
@@ -424,7 +431,8 @@ impl ActorSystem {
         }
     }
 
-    /// True once shutdown has finished.
+    /// True once [`shutdown`](Self::shutdown) or
+    /// [`terminate`](Self::terminate) has finished.
     pub fn is_terminated(&self) -> bool {
         self.guardians().is_none()
     }
@@ -435,13 +443,18 @@ impl ActorSystem {
     /// [`set_shutdown_sequence`](Self::set_shutdown_sequence)), then stops
     /// every actor as [`terminate`](Self::terminate) does, and returns
     /// when all have stopped. Calling it again (or concurrently) waits for
-    /// the same shutdown.
+    /// the same shutdown. On a cluster node this takes as long as leaving
+    /// the cluster does (at most the sum of the coordinated shutdown's
+    /// phase timeouts).
     ///
-    /// Do not call it from a task of the shutdown sequence itself (it
-    /// would wait for the sequence it is part of): such a task calls
+    /// Do not await it in an actor's handler (stopping that actor drops
+    /// the handler's future, and the shutdown with it): spawn it with
+    /// [`rt::spawn`](crate::rt::spawn). Nor in a task of the shutdown
+    /// sequence itself (it would wait for the sequence it is part of, until
+    /// that phase times out): such a task calls
     /// [`terminate`](Self::terminate).
     pub async fn shutdown(&self) {
-        let sequence = lock(&self.shared.shutdown_sequence).clone();
+        let sequence = lock(&self.shared.shutdown_sequence).sequence.clone();
         if let Some(sequence) = sequence {
             sequence().await;
         }
@@ -486,13 +499,13 @@ impl ActorSystem {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let mut slot = lock(&self.shared.shutdown_sequence);
-        if self.is_terminated() {
+        if slot.terminating || self.is_terminated() {
             return Err(ShutdownSequenceError::AlreadyTerminated);
         }
-        if slot.is_some() {
+        if slot.sequence.is_some() {
             return Err(ShutdownSequenceError::AlreadySet);
         }
-        *slot = Some(Arc::new(move || Box::pin(sequence()) as Pin<Box<_>>));
+        slot.sequence = Some(Arc::new(move || Box::pin(sequence()) as Pin<Box<_>>));
         Ok(())
     }
 
@@ -500,8 +513,17 @@ impl ActorSystem {
     /// `/system` — and returns when all have stopped, without running the
     /// shutdown sequence: on a cluster node, an abrupt stop that the others
     /// see as a crash (the coordinated shutdown's last phase calls it).
-    /// Calling it again (or concurrently) waits for the same stop.
+    /// The shutdown sequence is dropped: a later `shutdown` does not run
+    /// it. Calling it again (or concurrently) waits for the same stop.
     pub async fn terminate(&self) {
+        // From here on `shutdown` stops at once too. The sequence usually
+        // holds the system: dropping it breaks the cycle.
+        let sequence = {
+            let mut slot = lock(&self.shared.shutdown_sequence);
+            slot.terminating = true;
+            slot.sequence.take()
+        };
+        drop(sequence);
         let Some(g) = self.guardians() else {
             return;
         };
@@ -514,10 +536,7 @@ impl ActorSystem {
             remoting.shutdown().await;
         }
         lock(&self.shared.guardians).take();
-        // Extensions and the sequence usually hold the system: dropping
-        // them breaks the cycle.
-        let sequence = lock(&self.shared.shutdown_sequence).take();
-        drop(sequence);
+        // Extensions usually hold the system: dropping them breaks the cycle.
         let extensions = std::mem::take(&mut *lock(&self.shared.extensions));
         drop(extensions);
         tracing::debug!("actor system `{}` terminated", self.shared.name);

@@ -83,7 +83,7 @@ async fn until_all(
 
 async fn shutdown(nodes: Vec<Node>) {
     for n in nodes {
-        n.system.shutdown().await;
+        n.system.terminate().await;
     }
 }
 
@@ -212,7 +212,7 @@ fn main() {
             }
             None => println!("singleton hand-over did not complete"),
         }
-        leaving.system.shutdown().await;
+        leaving.system.terminate().await;
         // Take-over: a third node joins, then the host stops abruptly.
         let seed = nodes[0].system.remoting().unwrap().address().clone();
         let extra = ActorSystem::builder("bench")
@@ -251,7 +251,7 @@ fn main() {
             .expect("a host");
         let victim = nodes.remove(host);
         let t0 = Instant::now();
-        victim.system.shutdown().await;
+        victim.system.terminate().await;
         match wait_host(&nodes, Duration::from_secs(120)).await {
             Some(_) => {
                 let t = t0.elapsed();

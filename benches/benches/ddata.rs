@@ -133,7 +133,7 @@ fn main() {
             p(0.99)
         );
         for (s, _, _) in nodes {
-            s.shutdown().await;
+            s.terminate().await;
         }
     });
 }

@@ -346,7 +346,7 @@ async fn stream(policy: &str, n: u64, limit: usize) {
         STARTED.load(Ordering::Relaxed),
         cpu * 1e6 / n as f64
     );
-    node.system.shutdown().await;
+    node.system.terminate().await;
 }
 
 // ---------------------------------------------------------------------------
@@ -483,7 +483,7 @@ async fn zipf(policy: &str, shards: u32, accesses: usize, window: u64) {
         stats.via_region - stats0.via_region,
         live()
     );
-    node.system.shutdown().await;
+    node.system.terminate().await;
 }
 
 /// The offline figures of the trace (no actors).
@@ -571,7 +571,7 @@ async fn start_cluster(stores: &[std::path::PathBuf], durable: bool) -> Vec<Node
 async fn shutdown_all(nodes: Vec<Node>) {
     let handles: Vec<_> = nodes
         .into_iter()
-        .map(|n| rt::spawn(async move { n.system.shutdown().await }))
+        .map(|n| rt::spawn(async move { n.system.terminate().await }))
         .collect();
     for h in handles {
         h.await;

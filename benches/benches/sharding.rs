@@ -273,7 +273,7 @@ fn main() {
             after / 1_000_000
         );
         }
-        system.shutdown().await;
+        system.terminate().await;
     });
 }
 

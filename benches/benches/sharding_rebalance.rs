@@ -227,7 +227,7 @@ fn main() {
             pct(1.0)
         );
         for n in [&fourth, &others[1], &others[0], &first] {
-            n.system.shutdown().await;
+            n.system.terminate().await;
         }
     });
 }

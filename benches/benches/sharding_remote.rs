@@ -148,7 +148,7 @@ fn child(seed: &str) {
     println!("{}", node.cluster.self_address());
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
-    rt::block_on(node.system.shutdown());
+    rt::block_on(node.system.terminate());
 }
 
 fn p(sorted: &[Duration], q: f64) -> f64 {
@@ -340,6 +340,6 @@ fn main() {
             drop(c.stdin.take());
             let _ = c.wait();
         }
-        first.system.shutdown().await;
+        first.system.terminate().await;
     });
 }

@@ -142,6 +142,13 @@ impl Cluster {
             ))
             .map_err(|e| ClusterError(format!("cannot start the cluster core: {e}")))?;
         add_shutdown_tasks(&shutdown, &core);
+        if shutdown.settings().run_by_actor_system_terminate {
+            if let Err(e) = shutdown.run_by_actor_system_shutdown(system) {
+                tracing::warn!(
+                    "ActorSystem::shutdown will not run the cluster's coordinated shutdown: {e}"
+                );
+            }
+        }
         Ok(Cluster {
             core,
             self_node,

@@ -9,7 +9,9 @@
 //!
 //! One [`CoordinatedShutdown`] belongs to each cluster extension
 //! ([`Cluster::coordinated_shutdown`](crate::Cluster::coordinated_shutdown)).
-//! It runs when the application asks (a SIGTERM handler, say), when this
+//! It runs when the application asks (a SIGTERM handler, say, or
+//! [`ActorSystem::shutdown`], see
+//! [`CoordinatedShutdownSettings::run_by_actor_system_terminate`]), when this
 //! node sees itself Exiting (someone made it leave), and when it is downed
 //! or removed by the others
 //! ([`ClusterSettings::run_coordinated_shutdown_when_down`](crate::ClusterSettings::run_coordinated_shutdown_when_down)).
@@ -39,6 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use troupe_core::prelude::*;
 use troupe_core::rt;
+use troupe_core::ShutdownSequenceError;
 
 /// The phases of a coordinated shutdown, in the order they run, with
 /// Akka's names (their [`Display`](fmt::Display) form; parse one with
@@ -354,11 +357,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl CoordinatedShutdown {
     /// A coordinated shutdown for `system`: with
-    /// `settings.terminate_actor_system`, its last phase stops the system;
-    /// with `settings.run_by_actor_system_terminate`, it becomes the
-    /// system's shutdown sequence (unless the system has one already),
-    /// run by [`ActorSystem::shutdown`] with
-    /// [`Reason::ActorSystemTerminate`].
+    /// `settings.terminate_actor_system`, its last phase stops the system.
     /// The cluster extension makes one (and registers its own tasks); use
     /// [`Cluster::coordinated_shutdown`](crate::Cluster::coordinated_shutdown).
     pub fn new(system: &ActorSystem, settings: CoordinatedShutdownSettings) -> Self {
@@ -387,14 +386,21 @@ impl CoordinatedShutdown {
             )
             .expect("a new coordinated shutdown accepts tasks");
         }
-        if cs.inner.settings.run_by_actor_system_terminate {
-            let me = cs.clone();
-            let set = system.set_shutdown_sequence(move || me.run(Reason::ActorSystemTerminate));
-            if let Err(e) = set {
-                tracing::warn!("ActorSystem::shutdown will not run this coordinated shutdown: {e}");
-            }
-        }
         cs
+    }
+
+    /// Makes this the shutdown sequence of `system`
+    /// ([`ActorSystem::set_shutdown_sequence`]): `system.shutdown()` runs it
+    /// with [`Reason::ActorSystemTerminate`] and returns when it has
+    /// finished. The cluster extension does this for its own coordinated
+    /// shutdown when
+    /// [`CoordinatedShutdownSettings::run_by_actor_system_terminate`].
+    pub fn run_by_actor_system_shutdown(
+        &self,
+        system: &ActorSystem,
+    ) -> Result<(), ShutdownSequenceError> {
+        let me = self.clone();
+        system.set_shutdown_sequence(move || me.run(Reason::ActorSystemTerminate))
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

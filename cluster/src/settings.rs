@@ -126,8 +126,9 @@ pub struct ClusterSettings {
     /// the others (Akka's `run-coordinated-shutdown-when-down`). Default
     /// true.
     pub run_coordinated_shutdown_when_down: bool,
-    /// The coordinated shutdown's phase timeouts and whether it stops the
-    /// actor system (`[coordinated-shutdown]` in the file).
+    /// The coordinated shutdown's phase timeouts, whether it stops the
+    /// actor system and whether `ActorSystem::shutdown` runs it
+    /// (`[coordinated-shutdown]` in the file).
     pub coordinated_shutdown: CoordinatedShutdownSettings,
 }
 

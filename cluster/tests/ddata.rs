@@ -125,9 +125,13 @@ async fn all_up(nodes: &[Node]) {
     }
 }
 
+/// Stops the nodes at the end of a test, abruptly, as before
+/// `ActorSystem::shutdown` left the cluster gracefully: some tests need
+/// their nodes to stop at once, and a graceful leave from a cut-off node
+/// waits out its phase timeouts.
 async fn shutdown(nodes: Vec<Node>) {
     for n in nodes {
-        n.system.shutdown().await;
+        n.system.terminate().await;
     }
 }
 

@@ -206,10 +206,14 @@ async fn await_status(addr: SocketAddr, path: &str, status: u16) -> Answer {
     }
 }
 
+/// Stops the nodes at the end of a test, abruptly, as before
+/// `ActorSystem::shutdown` left the cluster gracefully: some tests need
+/// their nodes to stop at once, and a graceful leave from a cut-off node
+/// waits out its phase timeouts.
 async fn shutdown(nodes: Vec<Node>) {
     for n in nodes {
         n.http.stop().await;
-        n.system.shutdown().await;
+        n.system.terminate().await;
     }
 }
 

@@ -27,6 +27,7 @@ use troupe_cluster::coordinated_shutdown::{Phase, Reason};
 use troupe_cluster::ddata::Replicator;
 use troupe_cluster::singleton::{self, ClusterSingletonSettings};
 use troupe_cluster::Cluster;
+use troupe_cluster::MemberStatus;
 use troupe_core::prelude::*;
 use troupe_core::Props;
 
@@ -366,6 +367,18 @@ impl ClusterSharding {
                     // no one to hand off to (as Pekko's region).
                     if cluster.is_terminated() || shutdown.reason() == Some(Reason::ClusterDowning)
                     {
+                        return;
+                    }
+                    // Also when the shutdown started for another reason
+                    // (`ActorSystem::shutdown`, say) just as this node was
+                    // downed.
+                    let me = cluster.self_node();
+                    let downed = cluster.state().await.map_or(true, |s| {
+                        s.members
+                            .iter()
+                            .any(|m| &m.node == me && m.status == MemberStatus::Down)
+                    });
+                    if downed {
                         return;
                     }
                     let _ = r.ask_timeout(GracefulShutdown, timeout).await;
