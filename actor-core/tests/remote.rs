@@ -937,3 +937,51 @@ fn interleaved_remote_tells_to_several_actors_keep_each_actor_s_order() {
         b.shutdown().await;
     });
 }
+
+/// The fault-injection switch's `hold` keeps messages to a peer in their
+/// queue: once it is full, sends are refused as on a congested link;
+/// `release` lets the held ones out, once each and in order.
+#[test]
+fn held_messages_fill_the_queue_and_go_out_in_order_when_released() {
+    init_logging();
+    rt::block_on(async {
+        let mut s = settings("127.0.0.1:0");
+        s.outbound_queue_size = 10;
+        let a = node_with("a", s);
+        let b = node("b");
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        // Connected (the first ask), then held.
+        assert_eq!(within("ask", counter.ask(Add(1))).await.unwrap(), 1);
+        let faults = a.remoting().unwrap().fault_injector().unwrap();
+        faults.hold(b.remoting().unwrap().address());
+        let mut accepted = 0;
+        let refused = loop {
+            match counter.tell(Record(accepted)) {
+                Ok(()) => accepted += 1,
+                Err(TellError::MailboxFull(Record(n))) => break n,
+                Err(e) => panic!("{e:?}"),
+            }
+            assert!(accepted <= 10, "the queue of 10 took {accepted}");
+        };
+        assert_eq!(refused, accepted, "the refused message is handed back");
+        assert!(accepted >= 1);
+        // While held nothing has arrived.
+        let here = b.lookup::<Counter>("/user/counter").unwrap();
+        assert!(within("local ask", here.ask(Recorded))
+            .await
+            .unwrap()
+            .is_empty());
+        faults.release(b.remoting().unwrap().address());
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while got.len() < accepted as usize {
+            assert!(std::time::Instant::now() < deadline, "got only {got:?}");
+            got.extend(within("recorded", here.ask(Recorded)).await.unwrap());
+            rt::yield_now().await;
+        }
+        assert_eq!(got, (0..accepted).collect::<Vec<_>>());
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}

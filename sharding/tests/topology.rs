@@ -806,3 +806,104 @@ fn a_shard_moving_while_the_queues_to_its_homes_are_full_loses_and_reorders_noth
         shutdown_all(nodes.into_iter().chain([proxy])).await;
     });
 }
+
+/// A region whose queue to a shard's old home is full when the hand-off
+/// begins sends its acknowledgement behind the messages queued there (the
+/// held acknowledgement; the coordinator hands off only once it has it).
+/// The fault-injection switch makes the case certain: it holds the proxy's
+/// messages to the old home until their queue is full, then the shard is
+/// moved. Every message arrives once and in order, the old home's before
+/// the entity stops there.
+#[test]
+fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = sharding_settings();
+        let (nodes, choice) = nodes_with_chosen_allocation(&probe, settings.clone()).await;
+        let proxy = proxy_with_small_queues(&nodes[0], settings);
+        let all: Vec<&Node> = nodes.iter().chain([&proxy]).collect();
+        all_up(&all, 4).await;
+        let (old, new) = (&nodes[1], &nodes[2]);
+        let target = proxy.counter("held-ack");
+        let shard: ShardId = target.shard_id().into();
+        choice.choose(Some(old));
+        assert_eq!(
+            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            old.name()
+        );
+
+        // The proxy's messages to the old home stay in their queue until it
+        // is full: the next one is refused, not accepted.
+        let faults = proxy.system.remoting().unwrap().fault_injector().unwrap();
+        faults.hold(&old.address());
+        let mut next = 0u64;
+        loop {
+            match target.tell(Seq(next)) {
+                Ok(()) => next += 1,
+                Err(ShardingTellError::NodeQueueFull(_)) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        let queued = next;
+        assert!(queued > 0, "nothing queued before the queue was full");
+
+        // The move. Once the proxy's region has the BeginHandOff, its
+        // messages for the shard wait in the region (accepted) instead of
+        // being refused; its acknowledgement found the queue full.
+        choice.choose(Some(new));
+        choice.to_move.lock().unwrap().insert(shard.clone());
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            match target.tell(Seq(next)) {
+                Ok(()) => {
+                    next += 1;
+                    break;
+                }
+                Err(ShardingTellError::NodeQueueFull(_)) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "no BeginHandOff reached the proxy"
+                    );
+                    rt::sleep(Duration::from_millis(5)).await;
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        for _ in 0..20 {
+            target.tell(Seq(next)).unwrap();
+            next += 1;
+        }
+        // The coordinator waits for that acknowledgement (up to the
+        // hand-off timeout, 5 s here): the shard has not moved.
+        assert!(old.hosted_shards().await.contains(&*shard));
+        assert!(!new.hosted_shards().await.contains(&*shard));
+        faults.release(&old.address());
+
+        eventually("the shard moved to its new home", async || {
+            new.hosted_shards().await.contains(&*shard)
+        })
+        .await;
+        for _ in 0..20 {
+            target.tell(Seq(next)).unwrap();
+            next += 1;
+        }
+        assert_eq!(
+            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            new.name()
+        );
+        let sent = next;
+        eventually("every message arrived", async || {
+            probe.state(|p| p.received.get("held-ack").map_or(0, |v| v.len()) as u64 >= sent)
+        })
+        .await;
+        assert_eq!(
+            probe.received("held-ack"),
+            (0..sent).collect::<Vec<_>>(),
+            "once and in order ({queued} held in the queue to the old home)"
+        );
+        assert_eq!(probe.starts("held-ack"), 2, "one incarnation per home");
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes.into_iter().chain([proxy])).await;
+    });
+}

@@ -214,10 +214,23 @@ impl Association {
     /// Queues an encoded frame; false if the queue is full or closed.
     pub(crate) fn enqueue(&self, stream: Stream, frame: Vec<u8>) -> bool {
         self.ensure_writer(stream);
+        if self.held(stream) {
+            return self.lane(stream).queue(frame);
+        }
         let faults = self.remoting.faults.as_ref();
         self.lane(stream).push(frame, || {
             faults.is_none_or(|f| f.passes_send(&self.address))
         })
+    }
+
+    /// The fault-injection switch holds `stream`'s frames in their queue.
+    fn held(&self, stream: Stream) -> bool {
+        stream == Stream::Ordinary
+            && self
+                .remoting
+                .faults
+                .as_ref()
+                .is_some_and(|f| f.holds(&self.address))
     }
 
     /// Sends the reply of an ask this node answered.
@@ -334,6 +347,13 @@ impl Association {
                 let _ = conn.stream.close().await;
                 break Ok(());
             };
+            // Tests only: the batch keeps its places in the queue while
+            // held (polled: the switch has no event to wait on).
+            while self.held(stream) && !self.remoting.is_shut_down() {
+                self.remoting
+                    .sleep_unless_shut_down(std::time::Duration::from_millis(2))
+                    .await;
+            }
             if quarantine.is_quarantined(&self.remoting) {
                 lane.batch_written(taken);
                 break Err(std::io::Error::other("the peer was quarantined"));

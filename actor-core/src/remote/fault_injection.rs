@@ -1,7 +1,8 @@
 //! The fault-injection switch of the transport, for tests: like Akka's
 //! TestConductor, it blackholes or drops traffic between this system and a
-//! peer, in one or both directions, and can be switched at run time. It
-//! exists only when `RemoteSettings::fault_injection` is on.
+//! peer, in one or both directions, or holds this system's messages to a
+//! peer in their queue (a congested link), and can be switched at run
+//! time. It exists only when `RemoteSettings::fault_injection` is on.
 
 use crate::remote::address::Address;
 use std::collections::HashMap;
@@ -32,6 +33,20 @@ enum Mode {
 struct Rule {
     send: Mode,
     receive: Mode,
+    /// Messages to the peer stay in their queue (see `FaultInjector::hold`).
+    hold: bool,
+}
+
+impl Rule {
+    const PASS: Rule = Rule {
+        send: Mode::Pass,
+        receive: Mode::Pass,
+        hold: false,
+    };
+
+    fn is_pass(&self) -> bool {
+        self.send == Mode::Pass && self.receive == Mode::Pass && !self.hold
+    }
 }
 
 /// The switch. Get it with [`Remoting::fault_injector`](crate::remote::Remoting::fault_injector).
@@ -65,21 +80,41 @@ struct Rules {
 }
 
 impl FaultInjector {
-    fn set(&self, peer: &Address, direction: Direction, mode: Mode) {
+    fn update(&self, peer: &Address, change: impl FnOnce(&mut Rule)) {
         let mut rules = self.inner.rules.write().unwrap_or_else(|e| e.into_inner());
-        let rule = rules.entry(peer.clone()).or_insert(Rule {
-            send: Mode::Pass,
-            receive: Mode::Pass,
-        });
-        if matches!(direction, Direction::Send | Direction::Both) {
-            rule.send = mode;
-        }
-        if matches!(direction, Direction::Receive | Direction::Both) {
-            rule.receive = mode;
-        }
-        rules.retain(|_, r| r.send != Mode::Pass || r.receive != Mode::Pass);
+        change(rules.entry(peer.clone()).or_insert(Rule::PASS));
+        rules.retain(|_, r| !r.is_pass());
         self.inner.any.store(!rules.is_empty(), Ordering::Release);
+    }
+
+    fn set(&self, peer: &Address, direction: Direction, mode: Mode) {
+        self.update(peer, |rule| {
+            if matches!(direction, Direction::Send | Direction::Both) {
+                rule.send = mode;
+            }
+            if matches!(direction, Direction::Receive | Direction::Both) {
+                rule.receive = mode;
+            }
+        });
         tracing::warn!("fault injection: traffic with {peer} ({direction:?}) is now {mode:?}");
+    }
+
+    /// Holds the messages this system sends to `peer` in their outbound
+    /// queue, unwritten, as a congested link would, until
+    /// [`release`](Self::release) or [`pass_through`](Self::pass_through):
+    /// once the queue is full (`RemoteSettings::outbound_queue_size`),
+    /// sends to the peer are refused as on a slow link. Heartbeats and
+    /// system messages (the control lane) still pass, so the peer stays
+    /// reachable; nothing held is lost.
+    pub fn hold(&self, peer: &Address) {
+        self.update(peer, |rule| rule.hold = true);
+        tracing::warn!("fault injection: messages to {peer} are held in their queue");
+    }
+
+    /// Ends [`hold`](Self::hold): the held messages go out, in order.
+    pub fn release(&self, peer: &Address) {
+        self.update(peer, |rule| rule.hold = false);
+        tracing::warn!("fault injection: messages to {peer} flow again");
     }
 
     /// Silently discards every frame between this system and `peer` in
@@ -93,9 +128,19 @@ impl FaultInjector {
         self.set(peer, direction, Mode::Drop(rate.clamp(0.0, 1.0)));
     }
 
-    /// Lets all traffic with `peer` through again.
+    /// Lets all traffic with `peer` through again (held messages too).
     pub fn pass_through(&self, peer: &Address) {
-        self.set(peer, Direction::Both, Mode::Pass);
+        self.update(peer, |rule| *rule = Rule::PASS);
+        tracing::warn!("fault injection: traffic with {peer} passes");
+    }
+
+    /// True while messages to `peer` are held (see [`hold`](Self::hold)).
+    pub(crate) fn holds(&self, peer: &Address) -> bool {
+        if !self.inner.any.load(Ordering::Acquire) {
+            return false;
+        }
+        let rules = self.inner.rules.read().unwrap_or_else(|e| e.into_inner());
+        rules.get(peer).is_some_and(|r| r.hold)
     }
 
     fn passes(&self, peer: &Address, pick: fn(&Rule) -> Mode) -> bool {

@@ -123,7 +123,7 @@ impl Lane {
     }
 
     /// Queues a frame, if there is room.
-    fn queue(&self, frame: Vec<u8>) -> bool {
+    pub(crate) fn queue(&self, frame: Vec<u8>) -> bool {
         let _order = self.slot();
         self.queue_locked(frame)
     }
