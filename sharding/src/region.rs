@@ -171,6 +171,9 @@ pub(crate) struct RegionShared<E: Entity> {
     pub(crate) via_region: AtomicU64,
     /// Messages sent to a local shard actor without the region.
     pub(crate) via_shard: AtomicU64,
+    /// Times a message, hand-off acknowledgement or flush marker found the
+    /// queue to its node full and waited in the region.
+    pub(crate) queue_full_waits: AtomicU64,
     /// Rate limit of the buffer-full log line (seconds since `start`).
     last_drop_log: AtomicU64,
     start: Instant,
@@ -201,6 +204,7 @@ impl<E: Entity> RegionShared<E> {
             dropped: AtomicU64::new(0),
             via_region: AtomicU64::new(0),
             via_shard: AtomicU64::new(0),
+            queue_full_waits: AtomicU64::new(0),
             last_drop_log: AtomicU64::new(u64::MAX),
             start: Instant::now(),
         }
@@ -799,6 +803,7 @@ impl<E: Entity> Region<E> {
             match new_home.tell(flushed) {
                 Ok(()) => {}
                 Err(TellError::MailboxFull(_)) => {
+                    self.shared.queue_full_waits.fetch_add(1, Ordering::Relaxed);
                     self.flush_markers.insert(shard, new_home);
                 }
                 Err(e) => tracing::warn!(
@@ -819,7 +824,10 @@ impl<E: Entity> Region<E> {
         for (old, ack) in std::mem::take(&mut self.held_acks) {
             match old.tell(ack) {
                 Ok(()) => {}
-                Err(TellError::MailboxFull(ack)) => self.held_acks.push((old, ack)),
+                Err(TellError::MailboxFull(ack)) => {
+                    self.shared.queue_full_waits.fetch_add(1, Ordering::Relaxed);
+                    self.held_acks.push((old, ack));
+                }
                 Err(e) => {
                     let _ = self.coordinator.tell(e.into_message());
                 }
@@ -843,6 +851,7 @@ impl<E: Entity> Region<E> {
     /// most once a second).
     fn hold(&mut self, route: &Arc<ShardRoute<E>>, delivery: Delivery<E>) {
         let shard = &route.shard;
+        self.shared.queue_full_waits.fetch_add(1, Ordering::Relaxed);
         self.held.insert(shard.clone());
         let now = Instant::now();
         if self

@@ -141,6 +141,11 @@ pub struct RoutingStats {
     pub via_shard: u64,
     /// Messages refused because the region's buffer was full.
     pub refused: u64,
+    /// Times a message, a hand-off acknowledgement or a flush marker that
+    /// the region sends found the queue to its node full, and waited in
+    /// the region to be sent again in order (a congested link: nothing is
+    /// lost, it is late).
+    pub queue_full_waits: u64,
 }
 
 /// One started entity type on this node.
@@ -444,6 +449,9 @@ impl ClusterSharding {
             via_region: shared.via_region.load(std::sync::atomic::Ordering::Relaxed),
             via_shard: shared.via_shard.load(std::sync::atomic::Ordering::Relaxed),
             refused: shared.dropped.load(std::sync::atomic::Ordering::Relaxed),
+            queue_full_waits: shared
+                .queue_full_waits
+                .load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 

@@ -18,8 +18,8 @@ use troupe_cluster::DowningStrategy;
 use troupe_core::remote::Address;
 use troupe_core::{rt, AskError};
 use troupe_sharding::{
-    ClusterView, RegionId, ShardAllocationStrategy, ShardAllocations, ShardId, ShardingSettings,
-    ShardingTellError,
+    ClusterView, EntityRef, RegionId, ShardAllocationStrategy, ShardAllocations, ShardId,
+    ShardingSettings, ShardingTellError,
 };
 
 const ASK: Duration = Duration::from_secs(10);
@@ -251,18 +251,27 @@ impl ShardAllocationStrategy for OnChosenNode {
 }
 
 /// Three nodes whose coordinator uses [`OnChosenNode`].
+/// Starts the counter entity type on `node` with the chosen-allocation
+/// strategy.
+fn start_chosen(
+    node: &Node,
+    probe: &Arc<Probe>,
+    choice: &Arc<Choice>,
+    settings: &ShardingSettings,
+) {
+    let choice = choice.clone();
+    let config = counter_config(node, probe).with_allocation_strategy(move || OnChosenNode {
+        choice: choice.clone(),
+    });
+    node.start_counter_with(config, settings.clone());
+}
+
 async fn nodes_with_chosen_allocation(
     probe: &Arc<Probe>,
     settings: ShardingSettings,
 ) -> (Vec<Node>, Arc<Choice>) {
     let choice = Arc::new(Choice::default());
-    let start = |node: &Node| {
-        let choice = choice.clone();
-        let config = counter_config(node, probe).with_allocation_strategy(move || OnChosenNode {
-            choice: choice.clone(),
-        });
-        node.start_counter_with(config, settings.clone());
-    };
+    let start = |node: &Node| start_chosen(node, probe, &choice, &settings);
     let first = bare_node(None, |_| {});
     start(&first);
     let seed = first.address();
@@ -589,9 +598,9 @@ fn shards_the_strategy_moves_go_where_it_says_and_wait_while_it_has_no_home_for_
     });
 }
 
-/// A proxy-only node joining through `seed` whose queue to each node holds
-/// only 32 frames.
-fn proxy_with_small_queues(seed: &Node, settings: ShardingSettings) -> Node {
+/// A node joining through `seed` whose queue to each node holds only 32
+/// frames; no entity type started.
+fn node_with_small_queues(seed: &Node) -> Node {
     let mut remote = troupe_core::remote::RemoteSettings::new("127.0.0.1:0")
         .with_secret("sharding-test")
         .with_fault_injection();
@@ -603,11 +612,17 @@ fn proxy_with_small_queues(seed: &Node, settings: ShardingSettings) -> Node {
     let cluster =
         troupe_cluster::Cluster::start(&system, cluster_settings(&[seed.address()])).unwrap();
     let sharding = troupe_sharding::ClusterSharding::new(&system, &cluster).unwrap();
-    let proxy = Node {
+    Node {
         system,
         cluster,
         sharding,
-    };
+    }
+}
+
+/// A proxy-only node joining through `seed` whose queue to each node holds
+/// only 32 frames.
+fn proxy_with_small_queues(seed: &Node, settings: ShardingSettings) -> Node {
+    let proxy = node_with_small_queues(seed);
     proxy.sharding.start_proxy::<Counter>(settings).unwrap();
     proxy
 }
@@ -906,4 +921,163 @@ fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home()
         assert_eq!(probe.state(|p| p.max_alive), 1);
         shutdown_all(nodes.into_iter().chain([proxy])).await;
     });
+}
+
+/// The old home of a moving shard passes on the messages it held for it
+/// (here its own sender's, which reached its region while the entity took
+/// 300 ms to stop) and then the marker that ends the flush
+/// (`ShardFlushed`), which the new home waits for. When the queue from the
+/// old home to the new one is full, those messages wait in the old home's
+/// region and go in order as room comes, the old home's later messages and
+/// the marker behind them. The fault-injection switch makes the case
+/// certain (the test fails if a held message goes behind the others).
+/// Both senders' messages arrive once and in order, and nothing stalls.
+#[test]
+fn messages_the_old_home_held_for_a_full_queue_reach_the_new_home_in_order() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = sharding_settings();
+        let (nodes, choice) = nodes_with_chosen_allocation(&probe, settings.clone()).await;
+        // The old home: a node whose queue to each node holds 32 frames,
+        // and whose entities take 300 ms to stop when handed off, so that
+        // its sender's messages reach its region during the hand-off and
+        // are held there for the new home.
+        let old = node_with_small_queues(&nodes[0]);
+        let chosen = choice.clone();
+        let config = counter_config(&old, &probe)
+            .with_allocation_strategy(move || OnChosenNode {
+                choice: chosen.clone(),
+            })
+            .with_stop_message(Linger(300));
+        old.start_counter_with(config, settings.clone());
+        let all: Vec<&Node> = nodes.iter().chain([&old]).collect();
+        all_up(&all, 4).await;
+        let new = &nodes[2];
+
+        // An entity of another shard on the new home, to fill the queue.
+        choice.choose(Some(new));
+        let filler = old.counter("filler");
+        assert_eq!(
+            filler.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            new.name()
+        );
+        let id = (0..)
+            .map(|i| format!("flushed-{i}"))
+            .find(|id| old.counter(id.as_str()).shard_id() != filler.shard_id())
+            .unwrap();
+        choice.choose(Some(&old));
+        let from_old = old.counter(id.as_str());
+        let from_new = new.counter(id.as_str());
+        assert_eq!(
+            from_old.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            old.name()
+        );
+        let shard: ShardId = from_old.shard_id().into();
+        // Two senders, each numbering its own messages.
+        const NEW_BASE: u64 = 1_000_000;
+        let (mut next_old, mut next_new) = (0u64, NEW_BASE);
+        let senders = [&from_old, &from_new];
+        send_each(&senders, [&mut next_old, &mut next_new], 10, true).await;
+
+        // The old home's messages to the new one are held until the queue
+        // is full.
+        let faults = old.system.remoting().unwrap().fault_injector().unwrap();
+        faults.hold(&new.address());
+        let mut n = 0u64;
+        loop {
+            match filler.tell(Seq(n)) {
+                Ok(()) => n += 1,
+                Err(ShardingTellError::NodeQueueFull(_)) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        let waits = || {
+            old.sharding
+                .routing_stats::<Counter>()
+                .unwrap()
+                .queue_full_waits
+        };
+        let before = waits();
+
+        // The move, with both sending, until the old home's flush has
+        // found the queue full: its held messages and the marker behind
+        // them wait in its region.
+        choice.choose(Some(new));
+        choice.to_move.lock().unwrap().insert(shard.clone());
+        let deadline = Instant::now() + DEADLINE;
+        while waits() == before {
+            assert!(
+                Instant::now() < deadline,
+                "the old home's flush never waited"
+            );
+            // Once the old home knows the new one, its sender's messages
+            // may be refused for the full queue (not accepted): then it
+            // tries again later.
+            send_each(&senders, [&mut next_old, &mut next_new], 1, false).await;
+            rt::sleep(Duration::from_millis(2)).await;
+        }
+        assert!(new.hosted_shards().await.contains(&*shard));
+        send_each(&senders, [&mut next_old, &mut next_new], 10, false).await;
+        faults.release(&new.address());
+
+        send_each(&senders, [&mut next_old, &mut next_new], 10, true).await;
+        assert_eq!(
+            from_new.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            new.name()
+        );
+        let total = next_old + (next_new - NEW_BASE);
+        eventually("every message arrived", async || {
+            probe.state(|p| p.received.get(id.as_str()).map_or(0, |v| v.len()) as u64 >= total)
+        })
+        .await;
+        let got = probe.received(id.as_str());
+        let of_old: Vec<u64> = got.iter().copied().filter(|s| *s < NEW_BASE).collect();
+        let of_new: Vec<u64> = got.iter().copied().filter(|s| *s >= NEW_BASE).collect();
+        assert_eq!(
+            of_old,
+            (0..next_old).collect::<Vec<_>>(),
+            "the old home's sender"
+        );
+        assert_eq!(
+            of_new,
+            (NEW_BASE..next_new).collect::<Vec<_>>(),
+            "the new home's sender"
+        );
+        assert_eq!(got.len() as u64, total, "nothing twice");
+        assert_eq!(probe.starts(id.as_str()), 2, "one incarnation per home");
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes.into_iter().chain([old])).await;
+    });
+}
+
+/// Sends `n` numbered messages from each sender in turn, numbered from its
+/// counter. A message refused for a full queue to its node is not
+/// accepted: with `retry` it is sent again until accepted, else that
+/// sender skips it (its number is not used).
+async fn send_each<const K: usize>(
+    senders: &[&EntityRef<Counter>; K],
+    mut next: [&mut u64; K],
+    n: u64,
+    retry: bool,
+) {
+    for _ in 0..n {
+        for (to, next) in senders.iter().zip(next.iter_mut()) {
+            let deadline = Instant::now() + DEADLINE;
+            let mut msg = Seq(**next);
+            loop {
+                match to.tell(msg) {
+                    Ok(()) => break,
+                    Err(ShardingTellError::NodeQueueFull(_)) if !retry => return,
+                    Err(ShardingTellError::NodeQueueFull(m)) => {
+                        assert!(Instant::now() < deadline, "the queue stayed full");
+                        msg = m;
+                        rt::sleep(Duration::from_millis(1)).await;
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            **next += 1;
+        }
+    }
 }
