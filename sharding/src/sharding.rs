@@ -144,7 +144,8 @@ pub struct RoutingStats {
     /// Times a message, a hand-off acknowledgement or a flush marker that
     /// the region sends found the queue to its node full, and waited in
     /// the region to be sent again in order (a congested link: nothing is
-    /// lost, it is late).
+    /// lost, it is late). Each try counts: one that finds the queue full
+    /// again at its next try, 10 ms later, counts again.
     pub queue_full_waits: u64,
 }
 

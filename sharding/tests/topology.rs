@@ -250,7 +250,6 @@ impl ShardAllocationStrategy for OnChosenNode {
     }
 }
 
-/// Three nodes whose coordinator uses [`OnChosenNode`].
 /// Starts the counter entity type on `node` with the chosen-allocation
 /// strategy.
 fn start_chosen(
@@ -266,6 +265,7 @@ fn start_chosen(
     node.start_counter_with(config, settings.clone());
 }
 
+/// Three nodes whose coordinator uses [`OnChosenNode`].
 async fn nodes_with_chosen_allocation(
     probe: &Arc<Probe>,
     settings: ShardingSettings,
@@ -889,8 +889,18 @@ fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home()
             target.tell(Seq(next)).unwrap();
             next += 1;
         }
-        // The coordinator waits for that acknowledgement (up to the
-        // hand-off timeout, 5 s here): the shard has not moved.
+        // The acknowledgement was refused by the full queue: it waits in
+        // the proxy's region (which shows the hold worked).
+        let waits = || {
+            proxy
+                .sharding
+                .routing_stats::<Counter>()
+                .unwrap()
+                .queue_full_waits
+        };
+        eventually("the acknowledgement waits", async || waits() > 0).await;
+        // The coordinator waits for it (up to the hand-off timeout, 5 s
+        // here): the shard has not moved.
         assert!(old.hosted_shards().await.contains(&*shard));
         assert!(!new.hosted_shards().await.contains(&*shard));
         faults.release(&old.address());
@@ -899,10 +909,9 @@ fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home()
             new.hosted_shards().await.contains(&*shard)
         })
         .await;
-        for _ in 0..20 {
-            target.tell(Seq(next)).unwrap();
-            next += 1;
-        }
+        // The proxy's queue to the new home may still be full of what it
+        // buffered: a refused message is sent again.
+        send_each(&[&target], [&mut next], 20, true).await;
         assert_eq!(
             target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
             new.name()
@@ -1053,8 +1062,8 @@ fn messages_the_old_home_held_for_a_full_queue_reach_the_new_home_in_order() {
 
 /// Sends `n` numbered messages from each sender in turn, numbered from its
 /// counter. A message refused for a full queue to its node is not
-/// accepted: with `retry` it is sent again until accepted, else that
-/// sender skips it (its number is not used).
+/// accepted: with `retry` it is sent again until accepted, else the
+/// sending stops there (its number is not used).
 async fn send_each<const K: usize>(
     senders: &[&EntityRef<Counter>; K],
     mut next: [&mut u64; K],

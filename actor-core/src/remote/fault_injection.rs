@@ -99,13 +99,16 @@ impl FaultInjector {
         tracing::warn!("fault injection: traffic with {peer} ({direction:?}) is now {mode:?}");
     }
 
-    /// Holds the messages this system sends to `peer` in their outbound
-    /// queue, unwritten, as a congested link would, until
-    /// [`release`](Self::release) or [`pass_through`](Self::pass_through):
-    /// once the queue is full (`RemoteSettings::outbound_queue_size`),
-    /// sends to the peer are refused as on a slow link. Heartbeats and
-    /// system messages (the control lane) still pass, so the peer stays
-    /// reachable; nothing held is lost.
+    /// Holds the messages this system queues for `peer` on the ordinary
+    /// lane from now on, unwritten, as a congested link would, until
+    /// [`release`](Self::release) or [`pass_through`](Self::pass_through)
+    /// (a frame already being written still goes): once the queue is full
+    /// (`RemoteSettings::outbound_queue_size`), sends to the peer are
+    /// refused as on a slow link. The control lane still passes
+    /// (heartbeats, system messages, cluster gossip, messages registered
+    /// as control), so the peer stays reachable. Held messages go out in
+    /// order when released, unless the connection is lost meanwhile (as
+    /// on a real link); shutting the system down writes them out.
     pub fn hold(&self, peer: &Address) {
         self.update(peer, |rule| rule.hold = true);
         tracing::warn!("fault injection: messages to {peer} are held in their queue");
