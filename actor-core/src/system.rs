@@ -499,7 +499,8 @@ impl ActorSystem {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let mut slot = lock(&self.shared.shutdown_sequence);
-        if slot.terminating || self.is_terminated() {
+        // Set by `terminate` before it stops anything.
+        if slot.terminating {
             return Err(ShutdownSequenceError::AlreadyTerminated);
         }
         if slot.sequence.is_some() {

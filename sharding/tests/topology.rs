@@ -654,10 +654,7 @@ fn messages_buffered_for_a_node_whose_queue_is_full_wait_and_all_arrive_in_order
                 }
             }
         }
-        eventually("every message of the burst arrived", async || {
-            probe.state(|p| p.received.get("burst").map_or(0, |v| v.len()) as u64 >= N)
-        })
-        .await;
+        await_received(&probe, "burst", N, "every message of the burst arrived").await;
         probe.state(|p| {
             let want: Vec<u64> = (0..N).collect();
             assert_eq!(
@@ -808,10 +805,7 @@ fn a_shard_moving_while_the_queues_to_its_homes_are_full_loses_and_reorders_noth
             send(100, &mut next).await;
         }
         let sent = next;
-        eventually("every message of the flood arrived", async || {
-            probe.state(|p| p.received.get("flood").map_or(0, |v| v.len()) as u64 >= sent)
-        })
-        .await;
+        await_received(&probe, "flood", sent, "every message of the flood arrived").await;
         assert_eq!(
             probe.received("flood"),
             (0..sent).collect::<Vec<_>>(),
@@ -853,13 +847,7 @@ fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home()
         let faults = proxy.system.remoting().unwrap().fault_injector().unwrap();
         faults.hold(&old.address());
         let mut next = 0u64;
-        loop {
-            match target.tell(Seq(next)) {
-                Ok(()) => next += 1,
-                Err(ShardingTellError::NodeQueueFull(_)) => break,
-                Err(e) => panic!("{e:?}"),
-            }
-        }
+        fill_queue(&target, &mut next);
         let queued = next;
         assert!(queued > 0, "nothing queued before the queue was full");
 
@@ -868,23 +856,7 @@ fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home()
         // being refused; its acknowledgement found the queue full.
         choice.choose(Some(new));
         choice.to_move.lock().unwrap().insert(shard.clone());
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            match target.tell(Seq(next)) {
-                Ok(()) => {
-                    next += 1;
-                    break;
-                }
-                Err(ShardingTellError::NodeQueueFull(_)) => {
-                    assert!(
-                        Instant::now() < deadline,
-                        "no BeginHandOff reached the proxy"
-                    );
-                    rt::sleep(Duration::from_millis(5)).await;
-                }
-                Err(e) => panic!("{e:?}"),
-            }
-        }
+        send_each(&[&target], [&mut next], 1, true).await;
         for _ in 0..20 {
             target.tell(Seq(next)).unwrap();
             next += 1;
@@ -917,10 +889,7 @@ fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home()
             new.name()
         );
         let sent = next;
-        eventually("every message arrived", async || {
-            probe.state(|p| p.received.get("held-ack").map_or(0, |v| v.len()) as u64 >= sent)
-        })
-        .await;
+        await_received(&probe, "held-ack", sent, "every message arrived").await;
         assert_eq!(
             probe.received("held-ack"),
             (0..sent).collect::<Vec<_>>(),
@@ -993,14 +962,7 @@ fn messages_the_old_home_held_for_a_full_queue_reach_the_new_home_in_order() {
         // is full.
         let faults = old.system.remoting().unwrap().fault_injector().unwrap();
         faults.hold(&new.address());
-        let mut n = 0u64;
-        loop {
-            match filler.tell(Seq(n)) {
-                Ok(()) => n += 1,
-                Err(ShardingTellError::NodeQueueFull(_)) => break,
-                Err(e) => panic!("{e:?}"),
-            }
-        }
+        fill_queue(&filler, &mut 0);
         let waits = || {
             old.sharding
                 .routing_stats::<Counter>()
@@ -1036,10 +998,7 @@ fn messages_the_old_home_held_for_a_full_queue_reach_the_new_home_in_order() {
             new.name()
         );
         let total = next_old + (next_new - NEW_BASE);
-        eventually("every message arrived", async || {
-            probe.state(|p| p.received.get(id.as_str()).map_or(0, |v| v.len()) as u64 >= total)
-        })
-        .await;
+        await_received(&probe, &id, total, "every message arrived").await;
         let got = probe.received(id.as_str());
         let of_old: Vec<u64> = got.iter().copied().filter(|s| *s < NEW_BASE).collect();
         let of_new: Vec<u64> = got.iter().copied().filter(|s| *s >= NEW_BASE).collect();
@@ -1089,4 +1048,24 @@ async fn send_each<const K: usize>(
             **next += 1;
         }
     }
+}
+
+/// Sends `to` numbered messages (from `next`) until the queue to its node
+/// is full: the first one refused is not accepted, and not counted.
+fn fill_queue(to: &EntityRef<Counter>, next: &mut u64) {
+    loop {
+        match to.tell(Seq(*next)) {
+            Ok(()) => *next += 1,
+            Err(ShardingTellError::NodeQueueFull(_)) => return,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
+/// Waits until entity `id` has received `n` messages.
+async fn await_received(probe: &Probe, id: &str, n: u64, what: &str) {
+    eventually(what, async || {
+        probe.state(|p| p.received.get(id).map_or(0, |v| v.len()) as u64 >= n)
+    })
+    .await;
 }

@@ -139,19 +139,20 @@ impl FaultInjector {
 
     /// True while messages to `peer` are held (see [`hold`](Self::hold)).
     pub(crate) fn holds(&self, peer: &Address) -> bool {
+        self.rule(peer).is_some_and(|r| r.hold)
+    }
+
+    /// The rule for `peer`, if any (none at all: one atomic load).
+    fn rule(&self, peer: &Address) -> Option<Rule> {
         if !self.inner.any.load(Ordering::Acquire) {
-            return false;
+            return None;
         }
         let rules = self.inner.rules.read().unwrap_or_else(|e| e.into_inner());
-        rules.get(peer).is_some_and(|r| r.hold)
+        rules.get(peer).copied()
     }
 
     fn passes(&self, peer: &Address, pick: fn(&Rule) -> Mode) -> bool {
-        if !self.inner.any.load(Ordering::Acquire) {
-            return true;
-        }
-        let rules = self.inner.rules.read().unwrap_or_else(|e| e.into_inner());
-        match rules.get(peer).map(pick) {
+        match self.rule(peer).as_ref().map(pick) {
             None | Some(Mode::Pass) => true,
             Some(Mode::Blackhole) => false,
             Some(Mode::Drop(rate)) => fastrand::f64() >= rate,
