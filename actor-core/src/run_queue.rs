@@ -11,54 +11,154 @@
 //! one that has to wait (a handler or hook that awaits) continues in a task
 //! of its own.
 //!
-//! At most as many runners as the executor has threads are scheduled at
-//! once, so that activations run in parallel on every thread. A runner
-//! takes [`TAKE`] activations per lock of the queue, so a handler that
-//! blocks its thread holds up at most the few taken with it (the other
-//! runners take the rest of the queue). Those few are not taken back: a
-//! handler that blocks its thread until another actor has run can wait
-//! for ever if that actor was taken with it, one more reason never to
-//! block in a handler (the guide's "How actors run"). A runner yields to the executor
-//! after [`RUN_BATCH`] activations, so that other tasks (I/O, timers) keep
-//! their turn.
+//! At most as many runners as the executor has threads are counted at
+//! once, so that activations run in parallel on every thread. The queue is
+//! lock-free (a segmented queue whose two ends sit on cache lines of their
+//! own), so a sender and the runners taking its activations do not pass a
+//! lock's cache line back and forth for every message: with a mutex, a
+//! sender that kept runners just busy enough spent a fifth of its time on
+//! that line (BENCHMARKS.md, "Round robin: two regimes"). A runner takes
+//! one activation at a time, so one whose handler blocks its thread holds
+//! up no other (the other runners take the rest of the queue; never block
+//! in a handler all the same, the guide's "How actors run"). A runner
+//! yields to the executor after [`RUN_BATCH`] activations, so that other
+//! tasks (I/O, timers) keep their turn.
 
 use crate::cell::AnyCell;
-use crate::dead_letters::lock;
 use crate::rt;
-use std::collections::VecDeque;
+use crate::sync::{fence, AtomicUsize, Ordering};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::task::{Context as TaskContext, Poll};
 
 /// Most activations one runner runs before it yields.
 const RUN_BATCH: usize = 64;
 
-/// Activations a runner takes from the queue at a time: one lock for
-/// several, and at most this many wait behind one that blocks its thread.
-pub(crate) const TAKE: usize = 8;
-
-struct RunQueue {
-    queue: VecDeque<Arc<dyn AnyCell>>,
-    /// Runners scheduled or running.
-    runners: usize,
-}
-
-static RUN_QUEUE: Mutex<RunQueue> = Mutex::new(RunQueue {
-    queue: VecDeque::new(),
-    runners: 0,
-});
+static RUN_QUEUE: LazyLock<RunQueue<Arc<dyn AnyCell>>> =
+    LazyLock::new(|| RunQueue::new(rt::worker_threads()));
 
 /// Schedules the activation claimed for `cell` (its `SCHEDULED` bit set
 /// by this caller).
 pub(crate) fn enqueue(cell: Arc<dyn AnyCell>) {
-    let mut q = lock(&RUN_QUEUE);
-    q.queue.push_back(cell);
-    if q.runners < rt::worker_threads() {
-        q.runners += 1;
-        drop(q);
+    if RUN_QUEUE.push(cell) {
         rt::spawn_detached(Runner);
+    }
+}
+
+/// Items waiting to run and the count of runners taking them, apart from
+/// what an item is and how a runner starts, so that loom can check the
+/// protocol: every pushed item is taken by a counted runner, and at most
+/// `max_runners` are counted at once.
+///
+/// The protocol is a store-then-load on each side: a push adds its item,
+/// then reads the count (and starts a runner if there is room); a runner
+/// that found the queue empty lowers the count, then looks at the queue
+/// again. The fences order each store before its load, so at least one
+/// side sees the other: either the push sees the lowered count and starts
+/// a runner, or the runner sees the item and stays.
+pub(crate) struct RunQueue<T> {
+    queue: Queue<T>,
+    /// Runners started and not yet ended.
+    runners: AtomicUsize,
+    max_runners: usize,
+}
+
+impl<T> RunQueue<T> {
+    pub(crate) fn new(max_runners: usize) -> Self {
+        RunQueue {
+            queue: Queue::new(),
+            runners: AtomicUsize::new(0),
+            max_runners: max_runners.max(1),
+        }
+    }
+
+    /// Queues `item`. True when the caller has to start a runner (already
+    /// counted).
+    pub(crate) fn push(&self, item: T) -> bool {
+        self.queue.push(item);
+        fence(Ordering::SeqCst);
+        self.claim_runner()
+    }
+
+    /// The next item for a counted runner. `None` when the queue is empty:
+    /// the runner is then no longer counted and has to end.
+    pub(crate) fn next(&self) -> Option<T> {
+        loop {
+            if let Some(item) = self.queue.pop() {
+                return Some(item);
+            }
+            if !self.retire() {
+                return None;
+            }
+        }
+    }
+
+    /// Ends a counted runner. True when an item came in meanwhile that no
+    /// push started a runner for: the runner is counted again and goes on.
+    pub(crate) fn retire(&self) -> bool {
+        self.runners.fetch_sub(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        !self.queue.is_empty() && self.claim_runner()
+    }
+
+    /// Counts one more runner, unless `max_runners` are counted.
+    fn claim_runner(&self) -> bool {
+        let mut n = self.runners.load(Ordering::SeqCst);
+        while n < self.max_runners {
+            match self
+                .runners
+                .compare_exchange_weak(n, n + 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return true,
+                Err(now) => n = now,
+            }
+        }
+        false
+    }
+}
+
+/// The queue itself: a well-kept lock-free queue, or under loom a locked
+/// one (loom checks our counting protocol, not the crate's queue).
+#[cfg(not(troupe_loom))]
+struct Queue<T>(concurrent_queue::ConcurrentQueue<T>);
+
+#[cfg(not(troupe_loom))]
+impl<T> Queue<T> {
+    fn new() -> Self {
+        Queue(concurrent_queue::ConcurrentQueue::unbounded())
+    }
+    fn push(&self, item: T) {
+        // An unbounded queue refuses only once closed, and this one never is.
+        if self.0.push(item).is_err() {
+            unreachable!("the run queue is never closed");
+        }
+    }
+    fn pop(&self) -> Option<T> {
+        self.0.pop().ok()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(troupe_loom)]
+struct Queue<T>(loom::sync::Mutex<std::collections::VecDeque<T>>);
+
+#[cfg(troupe_loom)]
+impl<T> Queue<T> {
+    fn new() -> Self {
+        Queue(loom::sync::Mutex::new(std::collections::VecDeque::new()))
+    }
+    fn push(&self, item: T) {
+        self.0.lock().unwrap().push_back(item);
+    }
+    fn pop(&self) -> Option<T> {
+        self.0.lock().unwrap().pop_front()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
     }
 }
 
@@ -69,28 +169,22 @@ impl Future for Runner {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
-        let mut taken = Taken(VecDeque::with_capacity(TAKE));
-        for _ in 0..RUN_BATCH / TAKE {
-            {
-                let mut q = lock(&RUN_QUEUE);
-                if q.queue.is_empty() {
-                    q.runners -= 1;
-                    return Poll::Ready(());
-                }
-                let n = q.queue.len().min(TAKE);
-                taken.0.extend(q.queue.drain(..n));
-            }
-            while let Some(cell) = taken.0.pop_front() {
-                let run = AssertUnwindSafe(|| cell.clone().run_in(cx));
-                if let Err(p) = std::panic::catch_unwind(run) {
-                    tracing::error!(
-                        actor = %cell.core().path(),
-                        "bug: panic in an activation: {}",
-                        crate::cell::panic_message(&*p)
-                    );
-                }
+        let counted = Counted;
+        for _ in 0..RUN_BATCH {
+            let Some(cell) = RUN_QUEUE.next() else {
+                std::mem::forget(counted);
+                return Poll::Ready(());
+            };
+            let run = AssertUnwindSafe(|| cell.clone().run_in(cx));
+            if let Err(p) = std::panic::catch_unwind(run) {
+                tracing::error!(
+                    actor = %cell.core().path(),
+                    "bug: panic in an activation: {}",
+                    crate::cell::panic_message(&*p)
+                );
             }
         }
+        std::mem::forget(counted);
         // Still counted as a runner: it comes back after the executor's
         // other tasks.
         cx.waker().wake_by_ref();
@@ -98,28 +192,83 @@ impl Future for Runner {
     }
 }
 
-/// Activations a runner has taken and not run yet. Should the runner
-/// itself panic (outside an activation, which is caught), they go back to
-/// the queue with the runner's place, so that no claimed actor is left
-/// without an activation.
-struct Taken(VecDeque<Arc<dyn AnyCell>>);
+/// The runner's place in the count while it polls. Should the runner
+/// itself panic (outside an activation, which is caught), it gives its
+/// place to a new runner if activations wait, so that no claimed actor is
+/// left without one.
+struct Counted;
 
-impl Drop for Taken {
+impl Drop for Counted {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let mut q = lock(&RUN_QUEUE);
-        while let Some(cell) = self.0.pop_back() {
-            q.queue.push_front(cell);
-        }
-        let respawn = !q.queue.is_empty();
-        if !respawn {
-            q.runners -= 1;
-        }
-        drop(q);
-        if respawn {
+        if RUN_QUEUE.retire() {
             rt::spawn_detached(Runner);
         }
+    }
+}
+
+#[cfg(all(test, troupe_loom))]
+mod tests {
+    use super::RunQueue;
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    use loom::sync::Arc;
+
+    /// Runs a counted runner to its end, as `Runner` does.
+    fn runner(q: Arc<RunQueue<usize>>, ran: Arc<[AtomicUsize; 3]>) {
+        while let Some(i) = q.next() {
+            ran[i].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Starts a runner thread when `push` says to.
+    fn push(
+        q: &Arc<RunQueue<usize>>,
+        ran: &Arc<[AtomicUsize; 3]>,
+        i: usize,
+    ) -> Option<loom::thread::JoinHandle<()>> {
+        let (q2, ran) = (q.clone(), ran.clone());
+        q.push(i)
+            .then(|| loom::thread::spawn(move || runner(q2, ran)))
+    }
+
+    /// Model-checks the counting protocol under every interleaving:
+    /// `RUSTFLAGS="--cfg troupe_loom" cargo test -p troupe-core --lib run_queue`.
+    /// A runner takes a first item while a second sender and the first
+    /// push one each (each starting a runner when told to); afterwards
+    /// every item ran exactly once, none is left in the queue and no
+    /// runner is counted.
+    fn model(max: usize) {
+        let mut builder = loom::model::Builder::new();
+        // Main, the second sender and up to three runners.
+        builder.max_threads = 5;
+        builder.check(move || {
+            let q = Arc::new(RunQueue::new(max));
+            let ran: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
+            let first = push(&q, &ran, 0).expect("the first push starts a runner");
+            let sender = {
+                let (q, ran) = (q.clone(), ran.clone());
+                loom::thread::spawn(move || push(&q, &ran, 1).map(|r| r.join().unwrap()))
+            };
+            let last = push(&q, &ran, 2);
+            first.join().unwrap();
+            sender.join().unwrap();
+            if let Some(r) = last {
+                r.join().unwrap();
+            }
+            for (i, n) in ran.iter().enumerate() {
+                assert_eq!(n.load(Ordering::SeqCst), 1, "item {i}");
+            }
+            assert!(q.queue.is_empty(), "an item was left without a runner");
+            assert_eq!(q.runners.load(Ordering::SeqCst), 0);
+        });
+    }
+
+    #[test]
+    fn loom_one_runner_at_most() {
+        model(1);
+    }
+
+    #[test]
+    fn loom_two_runners_at_most() {
+        model(2);
     }
 }
