@@ -14,10 +14,15 @@
 //! At most as many runners as the executor has threads are counted at
 //! once, so that activations run in parallel on every thread. The queue is
 //! lock-free (a segmented queue whose two ends sit on cache lines of their
-//! own), so a sender and the runners taking its activations do not pass a
+//! own), so a sender and busy runners taking its activations do not pass a
 //! lock's cache line back and forth for every message: with a mutex, a
 //! sender that kept runners just busy enough spent a fifth of its time on
-//! that line (BENCHMARKS.md, "Round robin: two regimes"). A runner takes
+//! that line (BENCHMARKS.md, "Round robin: two regimes"). When the runners
+//! keep up and end between two messages, the next message still starts a
+//! runner (the count's line and a task spawn). A push that has reserved
+//! its place and not yet written it can make a runner spin (yielding its
+//! thread) until it has: a few instructions, unless the pushing thread is
+//! descheduled in between. A runner takes
 //! one activation at a time, so one whose handler blocks its thread holds
 //! up no other (the other runners take the rest of the queue; never block
 //! in a handler all the same, the guide's "How actors run"). A runner
@@ -36,6 +41,8 @@ use std::task::{Context as TaskContext, Poll};
 /// Most activations one runner runs before it yields.
 const RUN_BATCH: usize = 64;
 
+// Under `troupe_loom` this holds loom objects, which only work inside a
+// model: the loom build runs the model tests alone (`.ci/run`).
 static RUN_QUEUE: LazyLock<RunQueue<Arc<dyn AnyCell>>> =
     LazyLock::new(|| RunQueue::new(rt::worker_threads()));
 
@@ -55,9 +62,12 @@ pub(crate) fn enqueue(cell: Arc<dyn AnyCell>) {
 /// The protocol is a store-then-load on each side: a push adds its item,
 /// then reads the count (and starts a runner if there is room); a runner
 /// that found the queue empty lowers the count, then looks at the queue
-/// again. The fences order each store before its load, so at least one
-/// side sees the other: either the push sees the lowered count and starts
-/// a runner, or the runner sees the item and stays.
+/// again. The fences order each store before its load, so that a runner
+/// the push saw counted looks at the queue after the item is in it: the
+/// push either finds room and starts a runner, or every runner it counted
+/// looks again before it ends (and stays, or finds room for another, if
+/// the item is still there). The fences do not rely on the queue's own
+/// orderings.
 pub(crate) struct RunQueue<T> {
     queue: Queue<T>,
     /// Runners started and not yet ended.
@@ -95,10 +105,12 @@ impl<T> RunQueue<T> {
         }
     }
 
-    /// Ends a counted runner. True when an item came in meanwhile that no
-    /// push started a runner for: the runner is counted again and goes on.
+    /// Ends a counted runner. True when items wait and there is room: the
+    /// runner is counted again and goes on (at worst one runner more than
+    /// needed, which finds nothing and ends).
     pub(crate) fn retire(&self) -> bool {
-        self.runners.fetch_sub(1, Ordering::SeqCst);
+        let was = self.runners.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(was > 0, "a runner retired twice");
         fence(Ordering::SeqCst);
         !self.queue.is_empty() && self.claim_runner()
     }
@@ -119,8 +131,8 @@ impl<T> RunQueue<T> {
     }
 }
 
-/// The queue itself: a well-kept lock-free queue, or under loom a locked
-/// one (loom checks our counting protocol, not the crate's queue).
+/// The queue itself: a well-kept lock-free queue, or under loom a
+/// stand-in with the same shape (see below).
 #[cfg(not(troupe_loom))]
 struct Queue<T>(concurrent_queue::ConcurrentQueue<T>);
 
@@ -143,22 +155,63 @@ impl<T> Queue<T> {
     }
 }
 
+/// Under loom, a queue shaped like concurrent-queue's, made of atomics
+/// that loom models: a push reserves a place with an RMW of `tail` and
+/// then marks it written; a pop takes the place with a CAS of `head` and
+/// waits until it is written; `is_empty` is two plain loads. Every one
+/// of them only acquires or releases (concurrent-queue's tail and head
+/// RMWs are `SeqCst`, but we do not rely on that), and there is no lock
+/// (a loom mutex orders everything), so that the fences are what orders
+/// the two sides of the protocol: the model fails without either. The items themselves sit behind a std mutex,
+/// which loom does not see: the atomics carry the ordering. A model
+/// pushes at most [`PLACES`] items.
 #[cfg(troupe_loom)]
-struct Queue<T>(loom::sync::Mutex<std::collections::VecDeque<T>>);
+struct Queue<T> {
+    head: AtomicUsize,
+    tail: AtomicUsize,
+    written: [loom::sync::atomic::AtomicBool; PLACES],
+    items: std::sync::Mutex<[Option<T>; PLACES]>,
+}
+
+#[cfg(troupe_loom)]
+const PLACES: usize = 4;
 
 #[cfg(troupe_loom)]
 impl<T> Queue<T> {
     fn new() -> Self {
-        Queue(loom::sync::Mutex::new(std::collections::VecDeque::new()))
+        Queue {
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+            written: std::array::from_fn(|_| loom::sync::atomic::AtomicBool::new(false)),
+            items: std::sync::Mutex::new(std::array::from_fn(|_| None)),
+        }
     }
     fn push(&self, item: T) {
-        self.0.lock().unwrap().push_back(item);
+        let at = self.tail.fetch_add(1, Ordering::AcqRel);
+        assert!(at < PLACES, "a model pushes at most PLACES items");
+        self.items.lock().unwrap()[at] = Some(item);
+        self.written[at].store(true, Ordering::Release);
     }
     fn pop(&self) -> Option<T> {
-        self.0.lock().unwrap().pop_front()
+        loop {
+            let head = self.head.load(Ordering::Acquire);
+            if head == self.tail.load(Ordering::Acquire) {
+                return None;
+            }
+            if self
+                .head
+                .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                while !self.written[head].load(Ordering::Acquire) {
+                    loom::thread::yield_now();
+                }
+                return self.items.lock().unwrap()[head].take();
+            }
+        }
     }
     fn is_empty(&self) -> bool {
-        self.0.lock().unwrap().is_empty()
+        self.head.load(Ordering::Acquire) == self.tail.load(Ordering::Acquire)
     }
 }
 
@@ -184,10 +237,10 @@ impl Future for Runner {
                 );
             }
         }
-        std::mem::forget(counted);
         // Still counted as a runner: it comes back after the executor's
         // other tasks.
         cx.waker().wake_by_ref();
+        std::mem::forget(counted);
         Poll::Pending
     }
 }
@@ -215,6 +268,7 @@ mod tests {
     /// Runs a counted runner to its end, as `Runner` does.
     fn runner(q: Arc<RunQueue<usize>>, ran: Arc<[AtomicUsize; 3]>) {
         while let Some(i) = q.next() {
+            assert!(q.runners.load(Ordering::SeqCst) <= q.max_runners);
             ran[i].fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -240,6 +294,12 @@ mod tests {
         let mut builder = loom::model::Builder::new();
         // Main, the second sender and up to three runners.
         builder.max_threads = 5;
+        if max > 1 {
+            // Two runners at once take minutes at three preemptions
+            // (`.ci/run`'s bound) and seconds at two; one runner, checked
+            // at three, covers the orderings with more preemptions.
+            builder.preemption_bound = Some(2);
+        }
         builder.check(move || {
             let q = Arc::new(RunQueue::new(max));
             let ran: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
