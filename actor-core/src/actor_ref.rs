@@ -344,6 +344,39 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
+    /// For a remote actor, waits until the queue of messages to its node
+    /// has room (a `tell` that found it full returned
+    /// [`TellError::MailboxFull`]), or is closed (a send then fails with
+    /// another reason); the room is not reserved, so a send may still find
+    /// the queue full again. For a local actor it returns at once (use
+    /// [`send`](Self::send) to wait for room in a bounded mailbox).
+    ///
+    /// For code that keeps the messages a full queue refused and sends them
+    /// again itself, in order (a sharding region holding messages for a
+    /// congested node), where [`send`](Self::send) would wait with one
+    /// message in hand. Wait in a task of its own, not in a handler, and
+    /// bound the wait if the node may go away.
+    ///
+    /// ```
+    /// use troupe_core::prelude::*;
+    ///
+    /// struct Worker;
+    /// impl Actor for Worker {}
+    ///
+    /// troupe_core::rt::block_on(async {
+    ///     let system = ActorSystem::new("room").unwrap();
+    ///     let worker = system.spawn(Worker);
+    ///     // Local: at once.
+    ///     worker.wait_for_room().await;
+    ///     system.shutdown().await;
+    /// });
+    /// ```
+    pub async fn wait_for_room(&self) {
+        if let Target::Remote(r) = &self.target {
+            r.wait_for_room().await;
+        }
+    }
+
     #[allow(clippy::boxed_local)] // the box is what the mailbox hands back
     fn undeliverable<M: Message>(
         cell: &ActorCell<A>,

@@ -12,7 +12,8 @@ pub enum TellError<M> {
     MailboxFull(M),
     /// The actor is remote and the message cannot be sent there: its type
     /// is not registered (`ActorSystem::register`), it does not encode, it
-    /// is larger than the frame limit, or the node is quarantined.
+    /// is larger than the frame limit, the node is quarantined, or this
+    /// system's remoting is shut down.
     NotSendable(M, String),
 }
 

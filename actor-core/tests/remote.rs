@@ -224,7 +224,20 @@ fn tell_ask_and_refs_inside_messages() {
         assert!(!local.is_remote());
         assert!(b.resolve::<Collector>(&path_of(&b, "counter")).is_err());
 
+        // Once the sender's system is shut down, a send to a remote actor
+        // says so (not "full", which would invite a retry).
         a.shutdown().await;
+        match counter.tell(Record(9)) {
+            Err(TellError::NotSendable(_, why)) => assert!(why.contains("shut down"), "{why}"),
+            other => panic!("expected NotSendable, got {other:?}"),
+        }
+        let e = within("ask after shutdown", counter.ask(Add(1)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, AskError::NotSendable(why) if why.contains("shut down")),
+            "{e:?}"
+        );
         b.shutdown().await;
     });
 }
@@ -966,13 +979,22 @@ fn held_messages_fill_the_queue_and_go_out_in_order_when_released() {
         };
         assert_eq!(refused, accepted, "the refused message is handed back");
         assert!(accepted >= 1);
+        // Waiting for room waits while the queue is full...
+        let mut room = Box::pin(counter.wait_for_room());
+        assert!(
+            futures_lite::future::poll_once(&mut room).await.is_none(),
+            "room while the queue is full"
+        );
         // While held nothing has arrived.
         let here = b.lookup::<Counter>("/user/counter").unwrap();
         assert!(within("local ask", here.ask(Recorded))
             .await
             .unwrap()
             .is_empty());
+        assert!(futures_lite::future::poll_once(&mut room).await.is_none());
         faults.release(b.remoting().unwrap().address());
+        // ... and ends once the held messages have gone out.
+        within("room after the release", room).await;
         let mut got = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while got.len() < accepted as usize {

@@ -40,7 +40,7 @@ use troupe_cluster::singleton::SingletonProxy;
 use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState};
 use troupe_core::prelude::*;
 use troupe_core::{
-    AskError, DeferActivations, DeliverError, InboundMessage, Props, Replier, TellError,
+    rt, AskError, DeferActivations, DeliverError, InboundMessage, Props, Replier, TellError,
 };
 
 /// The region actor's name under `/system`.
@@ -503,8 +503,12 @@ pub struct Region<E: Entity> {
     /// Shards whose messages wait in the buffer for room in the queue to
     /// their home's node (see `ResendHeld`).
     held: HashSet<ShardId>,
-    /// A `ResendHeld` timer is running.
+    /// A `ResendHeld` is on its way (waiting for room, or a timer).
     resend_pending: bool,
+    /// Regions whose node's queue refused something since the last
+    /// `ResendHeld` was arranged: the next one comes when one of them has
+    /// room.
+    congested: HashSet<ActorRef<Region<E>>>,
     /// The message being routed holds a place in the buffer already (see
     /// `on_route`).
     place_taken: bool,
@@ -534,9 +538,15 @@ pub struct Region<E: Entity> {
 #[derive(Message, Clone)]
 struct ResendHeld;
 
-/// How soon held messages are sent again: the queue to a node drains at
-/// the speed of the link, so soon, but not in a busy loop.
+/// How soon held messages are sent again when no congested node is known
+/// to wait on: the queue to a node drains at the speed of the link, so
+/// soon, but not in a busy loop.
 const RESEND_HELD_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The longest wait for room in the queue to a congested node before the
+/// held messages are tried again anyway (room that never comes: a node
+/// whose link stays cut until it is removed).
+const ROOM_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Time to send the hosted shards their shares of the limit.
 #[derive(Message, Clone)]
@@ -600,6 +610,7 @@ impl<E: Entity> Region<E> {
             last_queue_full_log: None,
             held: HashSet::new(),
             resend_pending: false,
+            congested: HashSet::new(),
             place_taken: false,
             flush_markers: HashMap::new(),
             held_acks: Vec::new(),
@@ -707,6 +718,7 @@ impl<E: Entity> Region<E> {
                 if let Err(d) = delivery.send_remote(&self.shared.system, shard, region) {
                     // The queue to that node is full: it waits here, and
                     // the messages behind it too, for `ResendHeld`.
+                    self.congested.insert(region.clone());
                     drop(home);
                     self.hold(route, d);
                 }
@@ -773,6 +785,7 @@ impl<E: Entity> Region<E> {
         while let Some(d) = waiting.pop_front() {
             if let Err(d) = d.send_remote(&self.shared.system, shard, remote) {
                 // This one and those behind it wait, in order.
+                self.congested.insert(remote.clone());
                 self.hold(route, d);
                 for d in waiting.drain(..) {
                     self.buffer(route, d);
@@ -804,6 +817,7 @@ impl<E: Entity> Region<E> {
                 Ok(()) => {}
                 Err(TellError::MailboxFull(_)) => {
                     self.shared.queue_full_waits.fetch_add(1, Ordering::Relaxed);
+                    self.congested.insert(new_home.clone());
                     self.flush_markers.insert(shard, new_home);
                 }
                 Err(e) => tracing::warn!(
@@ -826,6 +840,7 @@ impl<E: Entity> Region<E> {
                 Ok(()) => {}
                 Err(TellError::MailboxFull(ack)) => {
                     self.shared.queue_full_waits.fetch_add(1, Ordering::Relaxed);
+                    self.congested.insert(old.clone());
                     self.held_acks.push((old, ack));
                 }
                 Err(e) => {
@@ -836,13 +851,29 @@ impl<E: Entity> Region<E> {
         self.resend_held_soon(ctx);
     }
 
-    /// Starts the timer that sends held messages again, if some wait.
+    /// Arranges for held messages to be sent again, if some wait: as soon
+    /// as the queue to a node that refused one has room (a task per node
+    /// waits for it, at most `ROOM_WAIT_MAX`), else after
+    /// `RESEND_HELD_AFTER`.
     fn resend_held_soon(&mut self, ctx: &mut Context<Self>) {
         let waiting =
             !self.held.is_empty() || !self.flush_markers.is_empty() || !self.held_acks.is_empty();
-        if waiting && !self.resend_pending {
-            self.resend_pending = true;
+        if !waiting || self.resend_pending {
+            return;
+        }
+        self.resend_pending = true;
+        if self.congested.is_empty() {
             ctx.start_single_timer("resend-held", ResendHeld, RESEND_HELD_AFTER);
+            return;
+        }
+        for node in self.congested.drain() {
+            let me = ctx.myself().clone();
+            // Several nodes: the first with room sends `ResendHeld`, and
+            // the others' later ones are tries that find nothing or little.
+            drop(rt::spawn(async move {
+                let _ = rt::timeout(ROOM_WAIT_MAX, node.wait_for_room()).await;
+                let _ = me.tell(ResendHeld);
+            }));
         }
     }
 

@@ -145,7 +145,8 @@ pub struct RoutingStats {
     /// the region sends found the queue to its node full, and waited in
     /// the region to be sent again in order (a congested link: nothing is
     /// lost, it is late). Each try counts: one that finds the queue full
-    /// again at its next try, 10 ms later, counts again.
+    /// again at its next try (when the queue had room again, which others
+    /// may have taken) counts again.
     pub queue_full_waits: u64,
 }
 

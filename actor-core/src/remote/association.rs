@@ -22,9 +22,13 @@ pub(crate) enum SendError {
     /// The queue to the peer is full (`send_user` counts the message as a
     /// dead letter; `send_encoded` leaves it to its caller).
     Full,
-    /// It cannot be sent at all.
+    /// It cannot be sent at all (including once this node's remoting is
+    /// shut down: its queues are closed, and waiting would not help).
     NotSendable(String),
 }
+
+/// What a send to a closed queue is told.
+const SHUT_DOWN: &str = "this actor system's remoting is shut down";
 
 /// An ask that could not be sent fails with the reason.
 impl From<SendError> for crate::error::AskError {
@@ -133,9 +137,7 @@ impl Association {
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
     ) -> Result<Vec<u8>, SendError> {
         if self.remoting.is_shut_down() {
-            return Err(SendError::NotSendable(
-                "the actor system is shut down".into(),
-            ));
+            return Err(SendError::NotSendable(SHUT_DOWN.to_string()));
         }
         let frame = wire::encode_msg(&to.path, to.uid, from, manifest, ask, write)
             .map_err(|e| SendError::NotSendable(format!("`{manifest}` did not encode: {e}")))?;
@@ -164,7 +166,7 @@ impl Association {
         if self.enqueue(Stream::Ordinary, frame) {
             Ok(())
         } else {
-            Err(SendError::Full)
+            Err(self.refusal(Stream::Ordinary))
         }
     }
 
@@ -178,10 +180,28 @@ impl Association {
     ) -> Result<(), SendError> {
         let (stream, frame) = self.encode_user(to, from, msg, ask)?;
         if self.enqueue(stream, frame) {
-            Ok(())
-        } else {
+            return Ok(());
+        }
+        let refusal = self.refusal(stream);
+        if let SendError::Full = refusal {
             self.overflow(M::manifest());
-            Err(SendError::Full)
+        }
+        Err(refusal)
+    }
+
+    /// Waits until the queue of user messages to the peer has room (or is
+    /// closed).
+    pub(crate) async fn wait_for_room(&self) {
+        self.ordinary.wait_room().await;
+    }
+
+    /// Why `stream`'s queue refused a frame: closed (remoting shut down
+    /// after `encode_frame` looked, so retrying cannot help) or full.
+    fn refusal(&self, stream: Stream) -> SendError {
+        if self.lane(stream).is_closed() {
+            SendError::NotSendable(SHUT_DOWN.to_string())
+        } else {
+            SendError::Full
         }
     }
 
@@ -197,9 +217,7 @@ impl Association {
         if self.lane(stream).send(frame).await {
             Ok(())
         } else {
-            Err(SendError::NotSendable(
-                "the actor system is shut down".into(),
-            ))
+            Err(SendError::NotSendable(SHUT_DOWN.to_string()))
         }
     }
 

@@ -22,7 +22,7 @@
 //! direct write and the rest of its frame.
 
 use crate::rt;
-use event_listener::Event;
+use event_listener::{Event, IntoNotification};
 use futures_lite::AsyncWrite;
 use std::io;
 use std::pin::Pin;
@@ -193,6 +193,34 @@ impl Lane {
             }
             room.await;
         }
+    }
+
+    /// Waits until a frame would find room, or the queue is closed,
+    /// without taking the room. A wake-up that finds room is passed on, so
+    /// that a sender waiting in `send` does not lose it to this waiter.
+    pub(crate) async fn wait_room(&self) {
+        let has_room =
+            || self.tx.is_closed() || self.in_flight.load(Ordering::Acquire) < self.capacity;
+        loop {
+            if has_room() {
+                return;
+            }
+            // Listen first, then look again (as `send`).
+            let room = self.room.listen();
+            if has_room() {
+                return;
+            }
+            room.await;
+            if has_room() {
+                self.room.notify(1.additional());
+                return;
+            }
+        }
+    }
+
+    /// True once the queue is closed (remoting shut down).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
     }
 
     /// Closes the queue: the writer ends once it is drained.

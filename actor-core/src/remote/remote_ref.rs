@@ -65,6 +65,10 @@ impl RemoteTarget {
     }
 
     /// Sends, waiting for room in the queue to the node.
+    pub(crate) async fn wait_for_room(&self) {
+        self.assoc.wait_for_room().await;
+    }
+
     pub(crate) async fn send<M: Message>(&self, msg: M) -> Result<(), TellError<M>> {
         let sent = self.assoc.send_user_waiting(&self.path, &msg, 0).await;
         hand_back(sent, msg)
