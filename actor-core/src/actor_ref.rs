@@ -346,9 +346,12 @@ impl<A: Actor> ActorRef<A> {
 
     /// For a remote actor, waits until the queue of messages to its node
     /// has room (a `tell` that found it full returned
-    /// [`TellError::MailboxFull`]), or is closed (a send then fails with
-    /// another reason); the room is not reserved, so a send may still find
-    /// the queue full again. For a local actor it returns at once (use
+    /// [`TellError::MailboxFull`]), or is closed (this system's remoting is
+    /// shut down: it returns at once, and a send fails with
+    /// [`TellError::NotSendable`]). The room is not reserved, so a send may
+    /// still find the queue full again. It watches the queue of ordinary
+    /// messages, not the control queue of types registered with
+    /// `register_control`. For a local actor it returns at once (use
     /// [`send`](Self::send) to wait for room in a bounded mailbox).
     ///
     /// For code that keeps the messages a full queue refused and sends them

@@ -215,10 +215,10 @@ impl<A: Actor> EncodedDelivery<A> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendEncodedError {
     /// The queue to the recipient's node is full (the sender may retry
-    /// later).
+    /// later, for instance once `ActorRef::wait_for_room` returns).
     Full,
     /// It cannot be sent: `write` failed, the frame is larger than
-    /// `max_frame_size`, or the actor system is shut down.
+    /// `max_frame_size`, or this system's remoting is shut down.
     NotSendable(String),
     /// A local recipient refused it.
     Refused(DeliverError),

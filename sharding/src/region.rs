@@ -503,12 +503,14 @@ pub struct Region<E: Entity> {
     /// Shards whose messages wait in the buffer for room in the queue to
     /// their home's node (see `ResendHeld`).
     held: HashSet<ShardId>,
-    /// A `ResendHeld` is on its way (waiting for room, or a timer).
+    /// A `ResendHeld` timer is running (no congested node to wait on).
     resend_pending: bool,
-    /// Regions whose node's queue refused something since the last
-    /// `ResendHeld` was arranged: the next one comes when one of them has
-    /// room.
+    /// Regions whose node's queue refused something and that no task
+    /// waits on yet (see `resend_held_soon`).
     congested: HashSet<ActorRef<Region<E>>>,
+    /// Regions whose node's queue a task waits on, for room: one task per
+    /// node at a time, each ending in a `ResendHeld` that names it.
+    room_waiters: HashSet<AnyActorRef>,
     /// The message being routed holds a place in the buffer already (see
     /// `on_route`).
     place_taken: bool,
@@ -534,9 +536,11 @@ pub struct Region<E: Entity> {
     share_pending: bool,
 }
 
-/// Time to send again the messages held for a full queue to a node.
+/// Time to send again the messages held for a full queue to a node: the
+/// queue to the region named has room (or the wait for it timed out), or,
+/// with none, the fallback timer fired.
 #[derive(Message, Clone)]
-struct ResendHeld;
+struct ResendHeld(Option<AnyActorRef>);
 
 /// How soon held messages are sent again when no congested node is known
 /// to wait on: the queue to a node drains at the speed of the link, so
@@ -611,6 +615,7 @@ impl<E: Entity> Region<E> {
             held: HashSet::new(),
             resend_pending: false,
             congested: HashSet::new(),
+            room_waiters: HashSet::new(),
             place_taken: false,
             flush_markers: HashMap::new(),
             held_acks: Vec::new(),
@@ -852,28 +857,33 @@ impl<E: Entity> Region<E> {
     }
 
     /// Arranges for held messages to be sent again, if some wait: as soon
-    /// as the queue to a node that refused one has room (a task per node
-    /// waits for it, at most `ROOM_WAIT_MAX`), else after
-    /// `RESEND_HELD_AFTER`.
+    /// as the queue to a node that refused one has room (one task per
+    /// congested node waits for it, at most `ROOM_WAIT_MAX`), else, with
+    /// no node to wait on, after `RESEND_HELD_AFTER`. Called as often as
+    /// anything is held: a node that a task waits on already gets no other.
     fn resend_held_soon(&mut self, ctx: &mut Context<Self>) {
         let waiting =
             !self.held.is_empty() || !self.flush_markers.is_empty() || !self.held_acks.is_empty();
-        if !waiting || self.resend_pending {
-            return;
-        }
-        self.resend_pending = true;
-        if self.congested.is_empty() {
-            ctx.start_single_timer("resend-held", ResendHeld, RESEND_HELD_AFTER);
+        if !waiting {
+            self.congested.clear();
             return;
         }
         for node in self.congested.drain() {
+            let key = node.to_any();
+            if !self.room_waiters.insert(key.clone()) {
+                continue;
+            }
             let me = ctx.myself().clone();
-            // Several nodes: the first with room sends `ResendHeld`, and
-            // the others' later ones are tries that find nothing or little.
             drop(rt::spawn(async move {
                 let _ = rt::timeout(ROOM_WAIT_MAX, node.wait_for_room()).await;
-                let _ = me.tell(ResendHeld);
+                if !me.is_terminated() {
+                    let _ = me.tell(ResendHeld(Some(key)));
+                }
             }));
+        }
+        if self.room_waiters.is_empty() && !self.resend_pending {
+            self.resend_pending = true;
+            ctx.start_single_timer("resend-held", ResendHeld(None), RESEND_HELD_AFTER);
         }
     }
 
@@ -1073,8 +1083,13 @@ impl<E: Entity> Region<E> {
         self.resend_held_soon(ctx);
     }
 
-    async fn on_resend_held(&mut self, _msg: ResendHeld, ctx: &mut Context<Self>) {
-        self.resend_pending = false;
+    async fn on_resend_held(&mut self, msg: ResendHeld, ctx: &mut Context<Self>) {
+        match msg.0 {
+            Some(node) => {
+                self.room_waiters.remove(&node);
+            }
+            None => self.resend_pending = false,
+        }
         for shard in std::mem::take(&mut self.held) {
             if !self.buffers.contains_key(&shard) {
                 continue;

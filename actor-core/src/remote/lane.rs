@@ -109,7 +109,10 @@ impl Lane {
     /// Gives back `n` places.
     fn release(&self, n: usize) {
         self.in_flight.fetch_sub(n, Ordering::AcqRel);
-        self.room.notify(n);
+        // `n` more, not "n in all": a listener woken earlier and not yet
+        // run (a `wait_room` that will pass its wake-up on) does not use
+        // up one of these places.
+        self.room.notify(n.additional());
     }
 
     /// Queues a frame in a place already reserved.
@@ -398,6 +401,33 @@ mod tests {
         assert_eq!(counts, [PER_THREAD; THREADS as usize]);
         lane.close();
         rt::block_on(writer);
+    }
+
+    /// A `wait_room` waiter woken by freed room passes the wake-up on, so
+    /// that a sender listening behind it is not left waiting (the test
+    /// fails, after 5 s, without the pass-on).
+    #[test]
+    fn a_room_waiter_passes_the_wake_up_on_to_a_waiting_sender() {
+        use futures_lite::future::poll_once;
+        rt::block_on(async {
+            let lane = std::sync::Arc::new(Lane::new(1));
+            assert!(lane.push(vec![1], || true), "the one place");
+            let mut room = {
+                let lane = lane.clone();
+                Box::pin(async move { lane.wait_room().await })
+            };
+            assert!(poll_once(&mut room).await.is_none(), "listening first");
+            let mut send = {
+                let lane = lane.clone();
+                Box::pin(async move { lane.send(vec![2]).await })
+            };
+            assert!(poll_once(&mut send).await.is_none(), "listening second");
+            // The frame was written: one place, one wake-up, to the waiter.
+            lane.release(1);
+            room.await;
+            let sent = rt::timeout(Duration::from_secs(5), send).await;
+            assert_eq!(sent, Some(true), "the sender got the place");
+        });
     }
 
     #[test]

@@ -64,11 +64,13 @@ impl RemoteTarget {
         hand_back(sent, msg)
     }
 
-    /// Sends, waiting for room in the queue to the node.
+    /// Waits until the queue of user messages to the node has room (or
+    /// is closed).
     pub(crate) async fn wait_for_room(&self) {
         self.assoc.wait_for_room().await;
     }
 
+    /// Sends, waiting for room in the queue to the node.
     pub(crate) async fn send<M: Message>(&self, msg: M) -> Result<(), TellError<M>> {
         let sent = self.assoc.send_user_waiting(&self.path, &msg, 0).await;
         hand_back(sent, msg)
