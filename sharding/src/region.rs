@@ -723,9 +723,9 @@ impl<E: Entity> Region<E> {
                 if let Err(d) = delivery.send_remote(&self.shared.system, shard, region) {
                     // The queue to that node is full: it waits here, and
                     // the messages behind it too, for `ResendHeld`.
-                    self.congested.insert(region.clone());
+                    let region = region.clone();
                     drop(home);
-                    self.hold(route, d);
+                    self.hold(route, region, d);
                 }
             }
             Home::Unknown => {
@@ -790,8 +790,7 @@ impl<E: Entity> Region<E> {
         while let Some(d) = waiting.pop_front() {
             if let Err(d) = d.send_remote(&self.shared.system, shard, remote) {
                 // This one and those behind it wait, in order.
-                self.congested.insert(remote.clone());
-                self.hold(route, d);
+                self.hold(route, remote.clone(), d);
                 for d in waiting.drain(..) {
                     self.buffer(route, d);
                 }
@@ -821,8 +820,7 @@ impl<E: Entity> Region<E> {
             match new_home.tell(flushed) {
                 Ok(()) => {}
                 Err(TellError::MailboxFull(_)) => {
-                    self.shared.queue_full_waits.fetch_add(1, Ordering::Relaxed);
-                    self.congested.insert(new_home.clone());
+                    self.note_queue_full(&new_home);
                     self.flush_markers.insert(shard, new_home);
                 }
                 Err(e) => tracing::warn!(
@@ -844,8 +842,7 @@ impl<E: Entity> Region<E> {
             match old.tell(ack) {
                 Ok(()) => {}
                 Err(TellError::MailboxFull(ack)) => {
-                    self.shared.queue_full_waits.fetch_add(1, Ordering::Relaxed);
-                    self.congested.insert(old.clone());
+                    self.note_queue_full(&old);
                     self.held_acks.push((old, ack));
                 }
                 Err(e) => {
@@ -887,12 +884,25 @@ impl<E: Entity> Region<E> {
         }
     }
 
-    /// Buffers a message that the full queue to its shard's home node
-    /// refused, marks the shard as held (see `ResendHeld`), and logs it (at
-    /// most once a second).
-    fn hold(&mut self, route: &Arc<ShardRoute<E>>, delivery: Delivery<E>) {
-        let shard = &route.shard;
+    /// Counts a message, acknowledgement or marker that the full queue to
+    /// `node`'s node refused, and marks that node for a wait for room (see
+    /// `resend_held_soon`).
+    fn note_queue_full(&mut self, node: &ActorRef<Region<E>>) {
         self.shared.queue_full_waits.fetch_add(1, Ordering::Relaxed);
+        self.congested.insert(node.clone());
+    }
+
+    /// Buffers a message that the full queue to its shard's home node
+    /// (that of `home`) refused, marks the shard as held (see
+    /// `ResendHeld`), and logs it (at most once a second).
+    fn hold(
+        &mut self,
+        route: &Arc<ShardRoute<E>>,
+        home: ActorRef<Region<E>>,
+        delivery: Delivery<E>,
+    ) {
+        let shard = &route.shard;
+        self.note_queue_full(&home);
         self.held.insert(shard.clone());
         let now = Instant::now();
         if self

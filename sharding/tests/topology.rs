@@ -18,8 +18,8 @@ use troupe_cluster::DowningStrategy;
 use troupe_core::remote::Address;
 use troupe_core::{rt, AskError};
 use troupe_sharding::{
-    ClusterView, EntityRef, RegionId, ShardAllocationStrategy, ShardAllocations, ShardId,
-    ShardingSettings, ShardingTellError,
+    ClusterView, EntityConfig, EntityRef, RegionId, ShardAllocationStrategy, ShardAllocations,
+    ShardId, ShardingSettings, ShardingTellError,
 };
 
 const ASK: Duration = Duration::from_secs(10);
@@ -250,19 +250,13 @@ impl ShardAllocationStrategy for OnChosenNode {
     }
 }
 
-/// Starts the counter entity type on `node` with the chosen-allocation
-/// strategy.
-fn start_chosen(
-    node: &Node,
-    probe: &Arc<Probe>,
-    choice: &Arc<Choice>,
-    settings: &ShardingSettings,
-) {
+/// The counter entity type's configuration on `node`, with the
+/// chosen-allocation strategy.
+fn chosen_config(node: &Node, probe: &Arc<Probe>, choice: &Arc<Choice>) -> EntityConfig<Counter> {
     let choice = choice.clone();
-    let config = counter_config(node, probe).with_allocation_strategy(move || OnChosenNode {
+    counter_config(node, probe).with_allocation_strategy(move || OnChosenNode {
         choice: choice.clone(),
-    });
-    node.start_counter_with(config, settings.clone());
+    })
 }
 
 /// Three nodes whose coordinator uses [`OnChosenNode`].
@@ -271,7 +265,9 @@ async fn nodes_with_chosen_allocation(
     settings: ShardingSettings,
 ) -> (Vec<Node>, Arc<Choice>) {
     let choice = Arc::new(Choice::default());
-    let start = |node: &Node| start_chosen(node, probe, &choice, &settings);
+    let start = |node: &Node| {
+        node.start_counter_with(chosen_config(node, probe, &choice), settings.clone())
+    };
     let first = bare_node(None, |_| {});
     start(&first);
     let seed = first.address();
@@ -922,12 +918,7 @@ fn messages_the_old_home_held_for_a_full_queue_reach_the_new_home_in_order() {
         // its sender's messages reach its region during the hand-off and
         // are held there for the new home.
         let old = node_with_small_queues(&nodes[0]);
-        let chosen = choice.clone();
-        let config = counter_config(&old, &probe)
-            .with_allocation_strategy(move || OnChosenNode {
-                choice: chosen.clone(),
-            })
-            .with_stop_message(Linger(300));
+        let config = chosen_config(&old, &probe, &choice).with_stop_message(Linger(300));
         old.start_counter_with(config, settings.clone());
         let all: Vec<&Node> = nodes.iter().chain([&old]).collect();
         all_up(&all, 4).await;

@@ -203,7 +203,7 @@ impl Lane {
     /// that a sender waiting in `send` does not lose it to this waiter.
     pub(crate) async fn wait_room(&self) {
         let has_room =
-            || self.tx.is_closed() || self.in_flight.load(Ordering::Acquire) < self.capacity;
+            || self.is_closed() || self.in_flight.load(Ordering::Acquire) < self.capacity;
         loop {
             if has_room() {
                 return;
