@@ -2,7 +2,7 @@
 //!
 //! An idle actor is not a task. Its cell holds the mailbox and the parked
 //! state; the first message to arrive schedules an *activation* (queued on
-//! the run queue, see `run_queue`) that owns the state, handles up to
+//! the dispatcher, see `dispatcher`) that owns the state, handles up to
 //! `throughput` messages, yields if more are waiting, and gives the state
 //! up again when the mailbox is empty.
 //! This is Akka's dispatcher design: memory per idle actor is the cell
@@ -334,13 +334,12 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
     /// The type id of the actor (for remote dispatch).
     fn actor_type(&self) -> std::any::TypeId;
-    /// Runs the activation claimed for this actor within the task polling
-    /// `cx` (a runner of the run queue), moving it to a task of its own if
-    /// it has to wait.
-    fn run_in(self: Arc<Self>, cx: &mut TaskContext<'_>);
+    /// Runs the activation claimed for this actor (a job of the
+    /// dispatcher), moving it to a task of its own if it has to wait.
+    fn run(self: Arc<Self>);
     /// Starts the activation claimed for this actor: `here`, on this
     /// thread when the nesting bound allows (as an ask does), else on the
-    /// run queue (see `deferred_activations`).
+    /// dispatcher (see `deferred_activations`).
     fn start_activation(self: Arc<Self>, here: bool);
 }
 
@@ -349,9 +348,9 @@ pub(crate) trait AnyCell: Send + Sync + 'static {
 /// bounds the stack an ask can take.
 const MAX_INLINE_DEPTH: u32 = 4;
 
-/// One ask in this many that could run inline goes to the executor
-/// instead, so that a thread that keeps asking also lets the executor's
-/// other work (and other threads) take its actors' activations.
+/// One ask in this many that could run inline goes to the dispatcher
+/// instead (the next job of this worker), so that a task that keeps asking
+/// also lets the worker's other jobs have their turn.
 const INLINE_FAIRNESS: u32 = 32;
 
 /// Per-thread bookkeeping of asks run inline (see `ActorCell::enqueue_ask`).
@@ -702,19 +701,30 @@ impl<A: Actor> AnyCell for ActorCell<A> {
         std::any::TypeId::of::<A>()
     }
 
-    fn run_in(self: Arc<Self>, cx: &mut TaskContext<'_>) {
+    fn run(self: Arc<Self>) {
         let mut activation = Activation::new(self);
-        // Wakers registered during this poll belong to the runner task;
-        // if the activation has to wait, its own task polls it again at
-        // once (spawning schedules it), which registers the right waker.
-        // A wake of the runner is at worst one spurious poll of it.
-        if Pin::new(&mut activation).poll(cx).is_pending() {
-            match activation.slow {
-                // It handled `throughput` messages and more wait: back to
-                // the end of the queue (no task needed).
-                None => crate::run_queue::enqueue(activation.cell.clone()),
+        // Wakers registered during this poll are no-ops: if the activation
+        // has to wait, its own task polls it again at once (spawning
+        // schedules it), which registers the real waker.
+        let mut cx = TaskContext::from_waker(std::task::Waker::noop());
+        let polled =
+            std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut activation).poll(&mut cx)));
+        match polled {
+            Ok(Poll::Ready(())) => {}
+            Ok(Poll::Pending) => match activation.slow {
+                // It handled `throughput` messages and more wait: to the
+                // back of the queue (no task needed).
+                None => crate::dispatcher::schedule_activation(
+                    activation.cell.clone(),
+                    crate::dispatcher::Place::Back,
+                ),
                 Some(_) => rt::spawn_detached(activation),
-            }
+            },
+            Err(p) => tracing::error!(
+                actor = %activation.cell.core.path(),
+                "bug: panic in an activation: {}",
+                panic_message(&*p)
+            ),
         }
     }
 
@@ -722,7 +732,11 @@ impl<A: Actor> AnyCell for ActorCell<A> {
         if here {
             self.start_here();
         } else {
-            crate::run_queue::enqueue(self);
+            // One of a batch's actors (a connection's reader hands on the
+            // frames it holds as one batch): behind the worker's queue,
+            // where an idle worker takes it, so that the actors run while
+            // the reader reads on.
+            crate::dispatcher::schedule_activation(self, crate::dispatcher::Place::Back);
         }
     }
 }
@@ -815,7 +829,7 @@ impl<A: Actor> ActorCell<A> {
             phase: Phase::Start,
             supervision,
         });
-        crate::run_queue::enqueue(cell.clone());
+        crate::dispatcher::schedule_activation(cell.clone(), crate::dispatcher::Place::Back);
         Ok(me)
     }
 
@@ -890,12 +904,14 @@ impl<A: Actor> ActorCell<A> {
     }
 
     /// Runs the claimed activation on this thread when the nesting bound
-    /// allows (see `InlineAsks`), else on the executor.
+    /// allows (see `InlineAsks`), else as the next job of this worker.
     fn start_here(self: &Arc<Self>) {
-        let activation = Activation::new(self.clone());
         match InlineAsks::enter() {
-            Some(_depth) => self.run_inline(activation),
-            None => rt::spawn_detached(activation),
+            Some(_depth) => self.run_inline(Activation::new(self.clone())),
+            // Next on this worker (no other worker takes it from there).
+            None => {
+                crate::dispatcher::schedule_activation(self.clone(), crate::dispatcher::Place::Next)
+            }
         }
     }
 
@@ -927,7 +943,7 @@ impl<A: Actor> ActorCell<A> {
             if crate::deferred_activations::is_open() {
                 return self.defer_activation(false);
             }
-            crate::run_queue::enqueue(self.clone());
+            crate::dispatcher::schedule_activation(self.clone(), crate::dispatcher::Place::Next);
         }
     }
 

@@ -1,15 +1,67 @@
 //! The one place that names the async runtime.
 //!
-//! Troupe runs on async-std (itself built on smol's `async-executor` and
-//! `async-io`). Every spawn, sleep and timer in the project goes through this
-//! module, so that moving to smol is a change to this file only.
+//! Troupe's tasks run on its own worker threads (the dispatcher, which
+//! also runs actor activations); I/O, timers and sockets come from
+//! async-std and the async-io reactor underneath it. Every spawn, sleep
+//! and timer in the project goes through this module, so that moving to
+//! another runtime is a change to this file (and the dispatcher) only.
 
+use crate::dispatcher::{self, Job, Place};
+use futures_lite::FutureExt;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// Handle to a spawned task; awaiting it yields the task's output. Dropping
-/// it lets the task run on, detached.
-pub type JoinHandle<T> = async_std::task::JoinHandle<T>;
+/// Handle to a spawned task; awaiting it yields the task's output (or
+/// resumes the task's panic). Dropping it lets the task run on, detached.
+///
+/// ```
+/// use troupe_core::rt;
+///
+/// let answer = rt::block_on(async { rt::spawn(async { 6 * 7 }).await });
+/// assert_eq!(answer, 42);
+/// ```
+pub struct JoinHandle<T> {
+    task: Option<async_task::Task<T>>,
+}
+
+impl<T> JoinHandle<T> {
+    /// Cancels the task and waits until it is dropped; its output if it
+    /// had already finished.
+    pub async fn cancel(mut self) -> Option<T> {
+        match self.task.take() {
+            Some(task) => task.cancel().await,
+            None => None,
+        }
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.task.as_mut() {
+            Some(task) => Pin::new(task).poll(cx),
+            // Only `cancel` takes the task, and it consumes the handle.
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.detach();
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinHandle").finish_non_exhaustive()
+    }
+}
 
 /// A timer that completes at a deadline. Creating one is cheap; it registers
 /// with the reactor when first polled.
@@ -26,35 +78,53 @@ pub type TcpListener = async_std::net::TcpListener;
 /// bound `std::net::UdpSocket` with `From`.
 pub type UdpSocket = async_std::net::UdpSocket;
 
-/// Spawns a task on the shared executor.
+/// Spawns a task on the dispatcher's worker threads. A panic in the task
+/// is logged, and resumed in whoever awaits its handle.
 pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    async_std::task::spawn(future)
+    let future = std::panic::AssertUnwindSafe(future).catch_unwind();
+    let future = async move {
+        match future.await {
+            Ok(out) => out,
+            Err(p) => {
+                tracing::error!("a task panicked: {}", crate::cell::panic_message(&*p));
+                std::panic::resume_unwind(p)
+            }
+        }
+    };
+    let (runnable, task) = async_task::Builder::new()
+        .propagate_panic(true)
+        .spawn(move |()| future, async_task::WithInfo(schedule_task));
+    // A new task goes behind the spawner's queue, not into its next slot.
+    dispatcher::schedule(Job::Task(runnable), Place::Back);
+    JoinHandle { task: Some(task) }
 }
 
-/// Spawns a task that nobody awaits, straight on the executor underneath
-/// async-std: no join handle, no async-std task id or task-locals wrapper
-/// (so `async_std::task::current()` is not available inside it). Used for
-/// the run queue's runners and for activations that have to wait, where
-/// the per-task overhead is on the hot path.
+/// Spawns a task that nobody awaits (activations that have to wait).
 pub(crate) fn spawn_detached<F>(future: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    // async-std configures the shared executor (thread count from
-    // `ASYNC_STD_THREAD_COUNT`, thread names) the first time it spawns; make
-    // sure that happens before anything reaches the executor directly.
-    static RUNTIME_STARTED: std::sync::Once = std::sync::Once::new();
-    RUNTIME_STARTED.call_once(|| drop(async_std::task::spawn(async {})));
-    async_global_executor::spawn(future).detach();
+    drop(spawn(future));
 }
 
-/// How many threads run the executor's tasks: `ASYNC_STD_THREAD_COUNT`
-/// when set (at least 1, as the executor takes it), else the available
-/// parallelism.
+/// Where a woken task goes: a task that woke itself while it ran (a
+/// yield) to the back of the queue, one woken by another job next.
+fn schedule_task(runnable: async_task::Runnable, info: async_task::ScheduleInfo) {
+    let place = if info.woken_while_running {
+        Place::Back
+    } else {
+        Place::Next
+    };
+    dispatcher::schedule(Job::Task(runnable), place);
+}
+
+/// How many worker threads the dispatcher runs: `ASYNC_STD_THREAD_COUNT`
+/// when set (at least 1; the name async-std's executor read, kept for the
+/// scripts and tests that set it), else the available parallelism.
 pub(crate) fn worker_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| {
@@ -67,9 +137,11 @@ pub(crate) fn worker_threads() -> usize {
 }
 
 /// Runs a future to completion on the current thread (for `main`, tests
-/// and examples).
+/// and examples). The thread only waits meanwhile: the I/O reactor is
+/// driven by the dispatcher's sleeping workers, so that what it wakes runs
+/// where it woke.
 pub fn block_on<F: Future>(future: F) -> F::Output {
-    async_std::task::block_on(future)
+    dispatcher::outside_jobs(|| futures_lite::future::block_on(future))
 }
 
 /// Waits for `duration`.

@@ -1,4 +1,4 @@
-//! The run queue (`actor-core/src/run_queue.rs`): a handler that blocks
+//! The dispatcher (`actor-core/src/dispatcher.rs`): a handler that blocks
 //! its thread holds up no other activation. In
 //! a process of its own (a test binary of its own), since it blocks one of
 //! the executor's threads for seconds.
@@ -33,12 +33,12 @@ impl Worker {
     }
 }
 
-/// An activation that blocks its thread holds up no other: another runner
+/// An activation that blocks its thread holds up no other: another worker
 /// takes the rest of the queue on another thread.
 #[test]
 fn a_blocking_activation_holds_up_no_other() {
-    // Needs a second runner, so a second executor thread (the runtime's
-    // count: `ASYNC_STD_THREAD_COUNT`, else the available parallelism).
+    // Needs a second worker thread (the dispatcher's count:
+    // `ASYNC_STD_THREAD_COUNT`, else the available parallelism).
     let threads = std::env::var("ASYNC_STD_THREAD_COUNT")
         .ok()
         .and_then(|n| n.parse::<usize>().ok())

@@ -1,0 +1,617 @@
+//! The dispatcher: Troupe's own worker threads, which run actor activations
+//! and every task the project spawns (Akka's name for what runs actors).
+//!
+//! A general-purpose executor (async-std's) puts every spawned task on one
+//! global queue, so the actor a sender wakes runs on whichever thread is
+//! free first, usually another core: the letters, the mailbox and the
+//! actor's state then cross cores for every batch of messages. With two
+//! pairs of actors on two cores that made the process slower than one pair
+//! on one core (BENCHMARKS.md, "The dispatcher"). Here each worker thread
+//! keeps what it schedules:
+//!
+//! - a *next* slot, holding the job most recently woken by the job the
+//!   worker is running (an actor that was just told something, a task that
+//!   was just sent a reply), which the worker runs as soon as the running
+//!   job ends, on the same core, and which no other worker takes;
+//! - a local queue, which other workers steal from when they run out, so
+//!   that work spreads when there is more of it than one thread can do;
+//! - and one injection queue for what is scheduled from other threads (the
+//!   reactor, `block_on`, threads of the user's own).
+//!
+//! A worker that finds nothing sleeps, and a sleeping worker drives the I/O
+//! reactor (async-io's) meanwhile, so a socket that becomes readable wakes
+//! a worker directly and its reader task runs there. The protocol that
+//! keeps a job from waiting while every worker sleeps is in [`Pool`], and
+//! is model-checked with loom.
+//!
+//! A job that keeps scheduling itself goes to the back of the local queue
+//! (a yield, an actor that used up its `throughput`), and a worker takes
+//! its next slot at most [`MAX_NEXT_IN_A_ROW`] times in a row and looks at
+//! the injection queue every [`INJECTED_EVERY`] jobs, so that no job waits
+//! for ever behind others. A handler that blocks its thread holds up the
+//! job in that thread's next slot (never block in a handler: the guide's
+//! "How actors run"); everything else is taken by the other workers.
+
+use crate::cell::AnyCell;
+use crate::sync::{fence, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+
+/// Most times in a row a worker runs the job in its next slot before it
+/// takes one from its queues (an actor and a task that wake each other
+/// keep the slot to themselves otherwise).
+const MAX_NEXT_IN_A_ROW: u32 = 16;
+
+/// A worker looks at the injection queue first every this many jobs.
+const INJECTED_EVERY: u32 = 61;
+
+/// Jobs a worker's local queue holds; more go to the injection queue.
+const LOCAL_CAPACITY: usize = 256;
+
+/// Rounds a worker looks for work (yielding its thread in between) before
+/// it goes to sleep: waking a sleeping thread costs far more than a look.
+const SEARCH_ROUNDS: u32 = 4;
+
+/// Where a scheduled job goes on the worker that schedules it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Place {
+    /// The worker's next slot: woken by the running job, it runs next.
+    Next,
+    /// The back of the worker's queue: a job that yields, or a new task.
+    Back,
+}
+
+/// What a worker runs.
+pub(crate) enum Job {
+    /// A task (anything spawned through `rt`).
+    Task(async_task::Runnable),
+    /// An actor's claimed activation (no task: see `cell::AnyCell::run`).
+    Activation(Arc<dyn AnyCell>),
+}
+
+impl Job {
+    fn run(self) {
+        match self {
+            Job::Task(runnable) => {
+                runnable.run();
+            }
+            Job::Activation(cell) => cell.run(),
+        }
+    }
+}
+
+/// The queues and the sleep protocol of the workers, apart from what a job
+/// is and how a worker waits, so that loom can check them.
+///
+/// The protocol: a scheduler pushes its job, then (after a `SeqCst` fence)
+/// reads the count of sleeping workers and wakes one if it is not zero; a
+/// worker that found nothing counts itself as sleeping, then (after a fence)
+/// looks at every queue once more before it waits, and stays awake if it
+/// finds anything. Each side stores before it loads, so at least one of
+/// them sees the other: no job is left in a queue while every worker sleeps.
+pub(crate) struct Pool<J> {
+    injected: Queue<J>,
+    locals: Box<[Queue<J>]>,
+    /// Workers counted as sleeping (read without the lock by schedulers).
+    sleeping: AtomicUsize,
+    /// The sleeping workers, most recent last.
+    sleepers: Mutex<Vec<usize>>,
+    parkers: Box<[Parker]>,
+}
+
+impl<J> Pool<J> {
+    pub(crate) fn new(workers: usize) -> Self {
+        let workers = workers.max(1);
+        Pool {
+            injected: Queue::new(usize::MAX),
+            locals: (0..workers).map(|_| Queue::new(LOCAL_CAPACITY)).collect(),
+            sleeping: AtomicUsize::new(0),
+            sleepers: Mutex::new(Vec::with_capacity(workers)),
+            parkers: (0..workers).map(|_| Parker::new()).collect(),
+        }
+    }
+
+    /// Queues a job from outside the workers, and wakes one if all sleep.
+    pub(crate) fn inject(&self, job: J) {
+        self.injected
+            .push(job)
+            .unwrap_or_else(|_| unreachable!("unbounded"));
+        self.wake_one();
+    }
+
+    /// Queues a job at the back of worker `w`'s queue (the injection queue
+    /// when it is full) and wakes a sleeping worker to steal it, if any.
+    pub(crate) fn push_local(&self, w: usize, job: J) {
+        if let Err(job) = self.locals[w].push(job) {
+            self.injected
+                .push(job)
+                .unwrap_or_else(|_| unreachable!("unbounded"));
+        }
+        self.wake_one();
+    }
+
+    /// A job for worker `w`: its own queue, the injection queue, then
+    /// another worker's queue. `injected_first`: the injection queue's
+    /// turn to go first.
+    pub(crate) fn find(&self, w: usize, injected_first: bool) -> Option<J> {
+        if injected_first {
+            if let Some(job) = self.injected.pop() {
+                return Some(job);
+            }
+        }
+        if let Some(job) = self.locals[w].pop() {
+            return Some(job);
+        }
+        if let Some(job) = self.injected.pop() {
+            return Some(job);
+        }
+        let n = self.locals.len();
+        (1..n).find_map(|i| self.locals[(w + i) % n].pop())
+    }
+
+    fn has_work(&self) -> bool {
+        !self.injected.is_empty() || self.locals.iter().any(|q| !q.is_empty())
+    }
+
+    /// Wakes a sleeping worker, if there is one. Called after a push.
+    fn wake_one(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let woken = {
+            let mut sleepers = lock(&self.sleepers);
+            let w = sleepers.pop();
+            if w.is_some() {
+                self.sleeping.fetch_sub(1, Ordering::SeqCst);
+            }
+            w
+        };
+        if let Some(w) = woken {
+            self.parkers[w].unpark();
+        }
+    }
+
+    /// Wakes worker `w` itself if it sleeps (a worker that schedules
+    /// while it drives the reactor, on its way to sleep).
+    fn wake(&self, w: usize) {
+        if self.unlist(w) {
+            self.parkers[w].unpark();
+        }
+    }
+
+    /// Takes worker `w` off the sleepers; false if it was not on them.
+    fn unlist(&self, w: usize) -> bool {
+        let mut sleepers = lock(&self.sleepers);
+        match sleepers.iter().position(|&s| s == w) {
+            Some(i) => {
+                sleepers.swap_remove(i);
+                self.sleeping.fetch_sub(1, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Counts worker `w` as sleeping, unless work arrived meanwhile. True
+    /// when it may wait (on the token it took from its parker before this
+    /// call); then, woken or not, it calls [`end_sleep`](Self::end_sleep).
+    pub(crate) fn begin_sleep(&self, w: usize) -> bool {
+        {
+            let mut sleepers = lock(&self.sleepers);
+            sleepers.push(w);
+            self.sleeping.fetch_add(1, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+        if self.has_work() {
+            self.unlist(w);
+            return false;
+        }
+        true
+    }
+
+    /// Worker `w` is awake: off the sleepers (its waker may have taken it
+    /// off already), so that it is never on them twice.
+    pub(crate) fn end_sleep(&self, w: usize) {
+        self.unlist(w);
+    }
+}
+
+#[cfg(troupe_loom)]
+use loom::sync::Mutex;
+#[cfg(not(troupe_loom))]
+use std::sync::Mutex;
+
+fn lock<T>(m: &Mutex<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
+    #[cfg(not(troupe_loom))]
+    return m.lock().unwrap_or_else(|e| e.into_inner());
+    #[cfg(troupe_loom)]
+    return m.lock().unwrap();
+}
+
+/// How a worker waits: on an event it listens to before it counts itself
+/// as sleeping (so a wake-up after that is never lost). The worker's loop
+/// is a future under async-io's `block_on`, which drives the reactor while
+/// the worker waits, if no other thread does.
+#[cfg(not(troupe_loom))]
+struct Parker(event_listener::Event);
+
+#[cfg(not(troupe_loom))]
+impl Parker {
+    fn new() -> Self {
+        Parker(event_listener::Event::new())
+    }
+    fn prepare(&self) -> event_listener::EventListener {
+        self.0.listen()
+    }
+    fn unpark(&self) {
+        self.0.notify(1);
+    }
+}
+
+/// Under loom: a notification that a wait consumes (one given before the
+/// wait is kept for it).
+#[cfg(troupe_loom)]
+struct Parker(loom::sync::Notify);
+
+#[cfg(troupe_loom)]
+impl Parker {
+    fn new() -> Self {
+        Parker(loom::sync::Notify::new())
+    }
+    fn park(&self) {
+        self.0.wait();
+    }
+    fn unpark(&self) {
+        self.0.notify();
+    }
+}
+
+/// A queue of jobs: a well-kept lock-free queue, or under loom a stand-in
+/// with the same shape (see below).
+#[cfg(not(troupe_loom))]
+struct Queue<T>(concurrent_queue::ConcurrentQueue<T>);
+
+#[cfg(not(troupe_loom))]
+impl<T> Queue<T> {
+    fn new(capacity: usize) -> Self {
+        Queue(if capacity == usize::MAX {
+            concurrent_queue::ConcurrentQueue::unbounded()
+        } else {
+            concurrent_queue::ConcurrentQueue::bounded(capacity)
+        })
+    }
+    /// `Err(item)` when the queue is full.
+    fn push(&self, item: T) -> Result<(), T> {
+        self.0.push(item).map_err(|e| e.into_inner())
+    }
+    fn pop(&self) -> Option<T> {
+        self.0.pop().ok()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Under loom, a queue shaped like concurrent-queue's, made of atomics that
+/// loom models: a push reserves a place with an RMW of `tail` and then
+/// marks it written; a pop takes the place with a CAS of `head` and waits
+/// until it is written; `is_empty` is two plain loads. Every one of them
+/// only acquires or releases (concurrent-queue's are `SeqCst`, but the
+/// protocol does not rely on that), and there is no lock (a loom mutex
+/// orders everything), so that the fences are what orders the two sides
+/// of the protocol. The items themselves sit behind a std mutex, which loom
+/// does not see. A model pushes at most [`PLACES`] items into one queue.
+#[cfg(troupe_loom)]
+struct Queue<T> {
+    head: AtomicUsize,
+    tail: AtomicUsize,
+    written: [loom::sync::atomic::AtomicBool; PLACES],
+    items: std::sync::Mutex<[Option<T>; PLACES]>,
+}
+
+#[cfg(troupe_loom)]
+const PLACES: usize = 4;
+
+#[cfg(troupe_loom)]
+impl<T> Queue<T> {
+    fn new(_capacity: usize) -> Self {
+        Queue {
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+            written: std::array::from_fn(|_| loom::sync::atomic::AtomicBool::new(false)),
+            items: std::sync::Mutex::new(std::array::from_fn(|_| None)),
+        }
+    }
+    fn push(&self, item: T) -> Result<(), T> {
+        let at = self.tail.fetch_add(1, Ordering::AcqRel);
+        assert!(at < PLACES, "a model pushes at most PLACES items");
+        self.items.lock().unwrap()[at] = Some(item);
+        self.written[at].store(true, Ordering::Release);
+        Ok(())
+    }
+    fn pop(&self) -> Option<T> {
+        loop {
+            let head = self.head.load(Ordering::Acquire);
+            if head == self.tail.load(Ordering::Acquire) {
+                return None;
+            }
+            if self
+                .head
+                .compare_exchange(head, head + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                while !self.written[head].load(Ordering::Acquire) {
+                    loom::thread::yield_now();
+                }
+                return self.items.lock().unwrap()[head].take();
+            }
+        }
+    }
+    fn is_empty(&self) -> bool {
+        self.head.load(Ordering::Acquire) == self.tail.load(Ordering::Acquire)
+    }
+}
+
+// ---- The workers ----
+// Under `troupe_loom` the pool holds loom objects, which only work inside a
+// model: the loom build runs the model tests alone (`.ci/run`).
+
+static POOL: LazyLock<Pool<Job>> = LazyLock::new(|| {
+    let workers = crate::rt::worker_threads();
+    for w in 0..workers {
+        std::thread::Builder::new()
+            .name(format!("troupe-worker-{w}"))
+            .spawn(move || worker(w))
+            .unwrap_or_else(|e| panic!("cannot start dispatcher thread {w}: {e}"));
+    }
+    Pool::new(workers)
+});
+
+/// What this thread is to the dispatcher.
+struct Here {
+    /// The worker this thread is, if it is one (none while a job on it
+    /// blocks in `block_on`: see `outside_jobs`).
+    worker: std::cell::Cell<Option<usize>>,
+    /// Whether it is running a job now (only then is the next slot taken
+    /// care of: a worker that schedules while it sleeps, driving the
+    /// reactor, puts the job on its queue instead).
+    running: std::cell::Cell<bool>,
+    /// The next slot: the job to run when the running one ends.
+    next: std::cell::Cell<Option<Job>>,
+}
+
+thread_local! {
+    static HERE: Here = const {
+        Here {
+            worker: std::cell::Cell::new(None),
+            running: std::cell::Cell::new(false),
+            next: std::cell::Cell::new(None),
+        }
+    };
+}
+
+/// Schedules `job`: on a worker that is running a job, at `place`; from
+/// anywhere else, on the injection queue.
+pub(crate) fn schedule(job: Job, place: Place) {
+    let pool = &*POOL;
+    // (A thread whose locals are being destroyed is not a worker.)
+    let here = HERE
+        .try_with(|here| (here.worker.get(), here.running.get()))
+        .unwrap_or((None, false));
+    match here {
+        (Some(w), true) => match place {
+            Place::Next => {
+                if let Some(earlier) = HERE.with(|here| here.next.replace(Some(job))) {
+                    pool.push_local(w, earlier);
+                }
+            }
+            Place::Back => pool.push_local(w, job),
+        },
+        // A worker on its way to sleep, driving the reactor meanwhile: its
+        // own queue, and it wakes.
+        (Some(w), false) => match pool.locals[w].push(job) {
+            Ok(()) => pool.wake(w),
+            Err(job) => pool.inject(job),
+        },
+        (None, _) => pool.inject(job),
+    }
+}
+
+/// Schedules the activation claimed for `cell` (its `SCHEDULED` bit set by
+/// this caller): it runs next on this worker, or on any worker from
+/// outside them. `Place::Back` for an activation that used up its
+/// `throughput`.
+pub(crate) fn schedule_activation(cell: Arc<dyn AnyCell>, place: Place) {
+    schedule(Job::Activation(cell), place);
+}
+
+/// A worker thread: its loop runs under async-io's `block_on`, so that
+/// the reactor is driven by a worker that sleeps (what it wakes then runs
+/// on that worker, without a hand-off) and polled, without waiting, each
+/// time a busy worker yields.
+fn worker(w: usize) {
+    HERE.with(|here| here.worker.set(Some(w)));
+    async_io::block_on(work(w));
+}
+
+async fn work(w: usize) {
+    let pool = &*POOL;
+    let mut ticks: u32 = 0;
+    let mut next_in_a_row: u32 = 0;
+    loop {
+        ticks = ticks.wrapping_add(1);
+        let injected_first = ticks.is_multiple_of(INJECTED_EVERY);
+        if injected_first {
+            // `block_on` looks for I/O events (without waiting) when its
+            // future yields.
+            futures_lite::future::yield_now().await;
+        }
+        let job = HERE.with(|here| {
+            if next_in_a_row < MAX_NEXT_IN_A_ROW {
+                if let Some(job) = here.next.take() {
+                    next_in_a_row += 1;
+                    return Some(job);
+                }
+            } else if let Some(job) = here.next.take() {
+                // Its turn is over: to the back, behind what waits.
+                pool.push_local(w, job);
+            }
+            next_in_a_row = 0;
+            let mut found = pool.find(w, injected_first);
+            let mut round = 0;
+            while found.is_none() && round < SEARCH_ROUNDS {
+                std::thread::yield_now();
+                found = pool.find(w, false);
+                round += 1;
+            }
+            found
+        });
+        match job {
+            Some(job) => run(job),
+            None => {
+                #[cfg(not(troupe_loom))]
+                {
+                    let token = pool.parkers[w].prepare();
+                    if pool.begin_sleep(w) {
+                        token.await;
+                    }
+                }
+                #[cfg(troupe_loom)]
+                if pool.begin_sleep(w) {
+                    pool.parkers[w].park();
+                }
+                pool.end_sleep(w);
+            }
+        }
+    }
+}
+
+/// Runs one job, as the running job of this worker. A panic that escapes
+/// a job (activations and tasks catch their own) is logged; the worker
+/// goes on.
+fn run(job: Job) {
+    HERE.with(|here| here.running.set(true));
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())) {
+        tracing::error!(
+            "bug: a panic escaped a job of the dispatcher: {}",
+            crate::cell::panic_message(&*p)
+        );
+    }
+    HERE.with(|here| here.running.set(false));
+}
+
+/// Runs `f` (a `block_on`) with this thread taken for a thread outside the
+/// workers: on a worker, inside a job, what it schedules meanwhile goes to
+/// the injection queue, and the job waiting in its next slot to its queue,
+/// so that other workers take them while this one is blocked (the future
+/// `f` waits for may need them).
+pub(crate) fn outside_jobs<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(w) = self.0 {
+                let _ = HERE.try_with(|here| here.worker.set(Some(w)));
+            }
+        }
+    }
+    let worker = HERE
+        .try_with(|here| {
+            let w = here.worker.take()?;
+            if let Some(job) = here.next.take() {
+                POOL.push_local(w, job);
+            }
+            Some(w)
+        })
+        .ok()
+        .flatten();
+    let _restore = Restore(worker);
+    f()
+}
+
+#[cfg(all(test, troupe_loom))]
+mod tests {
+    use super::Pool;
+    use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use loom::sync::Arc;
+
+    /// A worker as `worker` runs it (no next slot, no search rounds):
+    /// takes jobs and sleeps when it finds none; the one that runs the last
+    /// job (by a count every job adds to) stops them all.
+    fn worker(
+        pool: Arc<Pool<usize>>,
+        w: usize,
+        jobs: usize,
+        ran: Arc<[AtomicUsize; 4]>,
+        stop: Arc<AtomicBool>,
+    ) {
+        loop {
+            match pool.find(w, false) {
+                Some(j) => {
+                    ran[j].fetch_add(1, Ordering::SeqCst);
+                    if ran[3].fetch_add(1, Ordering::SeqCst) + 1 == jobs {
+                        stop.store(true, Ordering::SeqCst);
+                        for p in pool.parkers.iter() {
+                            p.unpark();
+                        }
+                    }
+                }
+                None if stop.load(Ordering::SeqCst) => return,
+                None => {
+                    if pool.begin_sleep(w) {
+                        pool.parkers[w].park();
+                    }
+                    pool.end_sleep(w);
+                }
+            }
+        }
+    }
+
+    /// Model-checks the sleep protocol under every interleaving:
+    /// `RUSTFLAGS="--cfg troupe_loom" cargo test -p troupe-core --lib dispatcher`.
+    /// Jobs are injected from outside and pushed on a worker's own queue
+    /// (as a yield does) while the workers go to sleep: every job runs
+    /// exactly once, and a job left while every worker sleeps is a
+    /// deadlock, which loom reports. One worker with three jobs at
+    /// `.ci/run`'s three preemptions; two workers (stealing) with two jobs
+    /// at two, which takes seconds where three jobs take minutes.
+    fn model(workers: usize, jobs: usize) {
+        let mut builder = loom::model::Builder::new();
+        builder.max_threads = 4;
+        if workers > 1 {
+            builder.preemption_bound = Some(2);
+        }
+        builder.check(move || {
+            let pool = Arc::new(Pool::new(workers));
+            // Runs of jobs 0, 1 and 2, and of all of them.
+            let ran: Arc<[AtomicUsize; 4]> = Arc::new(Default::default());
+            let stop = Arc::new(AtomicBool::new(false));
+            let threads: Vec<_> = (0..workers)
+                .map(|w| {
+                    let (pool, ran, stop) = (pool.clone(), ran.clone(), stop.clone());
+                    loom::thread::spawn(move || worker(pool, w, jobs, ran, stop))
+                })
+                .collect();
+            pool.inject(0);
+            pool.push_local(workers - 1, 1);
+            if jobs > 2 {
+                pool.inject(2);
+            }
+            for t in threads {
+                t.join().unwrap();
+            }
+            for (i, n) in ran[..jobs].iter().enumerate() {
+                assert_eq!(n.load(Ordering::SeqCst), 1, "job {i}");
+            }
+        });
+    }
+
+    #[test]
+    fn loom_one_worker() {
+        model(1, 3);
+    }
+
+    #[test]
+    fn loom_two_workers() {
+        model(2, 2);
+    }
+}
