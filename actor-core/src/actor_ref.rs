@@ -417,7 +417,7 @@ impl<A: Actor> ActorRef<A> {
     /// on the calling thread, inside this call (the reply is then ready
     /// when the future is first polled): do not hold a lock across this
     /// call that the handler takes too. A handler that has to wait moves
-    /// to the executor at its first wait.
+    /// to a task of the dispatcher at its first wait.
     pub fn ask_timeout<M>(&self, msg: M, timeout: Duration) -> Ask<M::Reply>
     where
         M: Message,

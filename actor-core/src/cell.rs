@@ -378,7 +378,7 @@ struct InlineDepth;
 
 impl InlineAsks {
     /// A level of inline activation, if this ask may run inline: the
-    /// nesting bound is not reached and it is not the executor's turn.
+    /// nesting bound is not reached and it is not the dispatcher's turn.
     fn enter() -> Option<InlineDepth> {
         INLINE_ASKS
             .try_with(|t| {
@@ -863,7 +863,7 @@ impl<A: Actor> ActorCell<A> {
 
     /// Queues the letter of an ask. If that makes the actor runnable (it
     /// was idle), the activation runs inline, on the asking thread, rather
-    /// than as a task on the executor: the reply is then there when the
+    /// than as a job of the dispatcher: the reply is then there when the
     /// asker first polls, with no hand-off to another thread and back. See
     /// `InlineAsks` for the bounds. Gives the letter back if the actor has
     /// stopped.

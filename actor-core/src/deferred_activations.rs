@@ -46,7 +46,7 @@ struct Deferred {
 
 /// A batch of sends on this thread: while it lives, the activations that
 /// those sends would start are held back, and when it is dropped they
-/// start (each actor once): on the executor's threads, or on this thread
+/// start (each actor once): on the dispatcher's workers, or on this thread
 /// for an ask that would have run its actor inline.
 ///
 /// For code that sends messages while it holds a lock, such as a router

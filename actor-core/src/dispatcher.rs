@@ -15,8 +15,9 @@
 //!   job ends, on the same core, and which no other worker takes;
 //! - a local queue, which other workers steal from when they run out, so
 //!   that work spreads when there is more of it than one thread can do;
-//! - and one injection queue for what is scheduled from other threads (the
-//!   reactor, `block_on`, threads of the user's own).
+//! - and one injection queue for what is scheduled from other threads
+//!   (`block_on`, async-io's helper thread when it drives the reactor,
+//!   threads of the user's own).
 //!
 //! A worker that finds nothing sleeps, and a sleeping worker drives the I/O
 //! reactor (async-io's) meanwhile, so a socket that becomes readable wakes
@@ -30,7 +31,9 @@
 //! the injection queue every [`INJECTED_EVERY`] jobs, so that no job waits
 //! for ever behind others. A handler that blocks its thread holds up the
 //! job in that thread's next slot (never block in a handler: the guide's
-//! "How actors run"); everything else is taken by the other workers.
+//! "How actors run"); everything else is taken by the other workers. So
+//! does a handler that computes for long: the actor it told waits for the
+//! end of its activation, as a task in tokio's LIFO slot does.
 
 use crate::cell::AnyCell;
 use crate::sync::{fence, AtomicUsize, Ordering};
@@ -172,11 +175,14 @@ impl<J> Pool<J> {
     }
 
     /// Wakes worker `w` itself if it sleeps (a worker that schedules
-    /// while it drives the reactor, on its way to sleep).
-    fn wake(&self, w: usize) {
-        if self.unlist(w) {
+    /// while it drives the reactor, on its way to sleep); false if it was
+    /// not asleep.
+    fn wake(&self, w: usize) -> bool {
+        let asleep = self.unlist(w);
+        if asleep {
             self.parkers[w].unpark();
         }
+        asleep
     }
 
     /// Takes worker `w` off the sleepers; false if it was not on them.
@@ -407,10 +413,15 @@ pub(crate) fn schedule(job: Job, place: Place) {
             }
             Place::Back => pool.push_local(w, job),
         },
-        // A worker on its way to sleep, driving the reactor meanwhile: its
-        // own queue, and it wakes.
+        // A worker between jobs, driving the reactor: its own queue, and
+        // it wakes if it was asleep. (When it is busy, polling the reactor
+        // in its yield, an idle worker is not woken: the job waits behind
+        // the worker's next ones, but stays where its connection's other
+        // work runs. Waking one measured slower remote tells.)
         (Some(w), false) => match pool.locals[w].push(job) {
-            Ok(()) => pool.wake(w),
+            Ok(()) => {
+                pool.wake(w);
+            }
             Err(job) => pool.inject(job),
         },
         (None, _) => pool.inject(job),
@@ -431,7 +442,24 @@ pub(crate) fn schedule_activation(cell: Arc<dyn AnyCell>, place: Place) {
 /// time a busy worker yields.
 fn worker(w: usize) {
     HERE.with(|here| here.worker.set(Some(w)));
-    async_io::block_on(work(w));
+    loop {
+        // Jobs catch their own panics; one outside them (a logger's, say)
+        // must not end the worker, or what waits in its next slot would
+        // wait for ever.
+        let ended = std::panic::catch_unwind(|| async_io::block_on(work(w)));
+        if let Err(p) = ended {
+            HERE.with(|here| {
+                here.running.set(false);
+                if let Some(job) = here.next.take() {
+                    POOL.push_local(w, job);
+                }
+            });
+            eprintln!(
+                "troupe: bug: dispatcher worker {w} panicked outside a job ({}); it goes on",
+                crate::cell::panic_message(&*p)
+            );
+        }
+    }
 }
 
 async fn work(w: usize) {
@@ -447,6 +475,13 @@ async fn work(w: usize) {
             futures_lite::future::yield_now().await;
         }
         let job = HERE.with(|here| {
+            // The injection queue's turn comes before the next slot too
+            // (the next job stays, and runs right after).
+            if injected_first {
+                if let Some(job) = pool.injected.pop() {
+                    return Some(job);
+                }
+            }
             if next_in_a_row < MAX_NEXT_IN_A_ROW {
                 if let Some(job) = here.next.take() {
                     next_in_a_row += 1;
@@ -457,7 +492,7 @@ async fn work(w: usize) {
                 pool.push_local(w, job);
             }
             next_in_a_row = 0;
-            let mut found = pool.find(w, injected_first);
+            let mut found = pool.find(w, false);
             let mut round = 0;
             while found.is_none() && round < SEARCH_ROUNDS {
                 std::thread::yield_now();

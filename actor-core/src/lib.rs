@@ -37,8 +37,8 @@
 //! ```
 //!
 //! An idle actor is not a task: its cell holds a lock-free mailbox and its
-//! parked state, and it is scheduled on the executor only while it has
-//! messages (see the `cell` module's notes).
+//! parked state, and it is scheduled on the dispatcher (Troupe's worker
+//! threads) only while it has messages (see the `cell` module's notes).
 
 // Lets the derive macros' `::troupe_core` paths work inside this crate too.
 #[allow(unused_extern_crates)]

@@ -28,10 +28,15 @@ pub struct JoinHandle<T> {
 
 impl<T> JoinHandle<T> {
     /// Cancels the task and waits until it is dropped; its output if it
-    /// had already finished.
+    /// had already finished (`None` if it had panicked).
     pub async fn cancel(mut self) -> Option<T> {
         match self.task.take() {
-            Some(task) => task.cancel().await,
+            // A task that had panicked gives nothing (its panic was logged).
+            Some(task) => std::panic::AssertUnwindSafe(task.cancel())
+                .catch_unwind()
+                .await
+                .ok()
+                .flatten(),
             None => None,
         }
     }
@@ -137,7 +142,9 @@ pub(crate) fn worker_threads() -> usize {
 }
 
 /// Runs a future to completion on the current thread (for `main`, tests
-/// and examples). The thread only waits meanwhile: the I/O reactor is
+/// and examples). Inside a task or a handler it blocks a worker thread
+/// until the future completes (with one worker, for ever if the future
+/// needs another task): await instead. The thread only waits meanwhile: the I/O reactor is
 /// driven by the dispatcher's sleeping workers, so that what it wakes runs
 /// where it woke.
 pub fn block_on<F: Future>(future: F) -> F::Output {

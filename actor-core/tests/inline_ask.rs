@@ -1,7 +1,7 @@
 //! Asks to an idle local actor run its activation inline, on the asking
 //! thread. These tests check that the inline path keeps an actor to one
 //! activation at a time while other threads tell it, and that nested inline
-//! asks stop at the depth bound and hand the rest to the executor.
+//! asks stop at the depth bound and hand the rest to the dispatcher.
 
 mod common;
 
@@ -75,7 +75,7 @@ fn inline_asks_stay_exclusive_under_concurrent_tells() {
     });
 
     // Quiet: sequential asks from one thread mostly run on it (the rest
-    // go through the executor for fairness, or found the actor still
+    // go through the dispatcher for fairness, or found the actor still
     // parking after one that did).
     let me = thread::current().id();
     let inline = rt::block_on(async {
@@ -87,7 +87,7 @@ fn inline_asks_stay_exclusive_under_concurrent_tells() {
         inline
     });
     // Usually over 300; the bound is loose so that a loaded machine (an
-    // executor thread slow to park) does not fail it.
+    // worker thread slow to park) does not fail it.
     assert!(inline > 64, "only {inline} of 320 quiet asks ran inline");
 
     // Busy: asker threads race teller threads for the actor.
@@ -170,7 +170,7 @@ impl Link {
 }
 
 #[test]
-fn nested_asks_past_the_depth_bound_go_to_the_executor() {
+fn nested_asks_past_the_depth_bound_go_to_the_dispatcher() {
     const LINKS: usize = 12;
     let system = ActorSystem::new("inline-nested").unwrap();
     let mut next = None;
@@ -199,7 +199,7 @@ fn nested_asks_past_the_depth_bound_go_to_the_executor() {
 
     // From a fresh thread (its fairness count starts at zero), the asker
     // runs the first four links inline, nested; the fifth goes to the
-    // executor, and the whole chain still answers.
+    // dispatcher, and the whole chain still answers.
     let first = thread::spawn(move || {
         let me = thread::current().id();
         let threads = rt::block_on(within("the chain", head.ask(Go))).unwrap();
@@ -211,7 +211,7 @@ fn nested_asks_past_the_depth_bound_go_to_the_executor() {
         threads[..4].iter().all(|t| *t == asker),
         "the first four links ran inline: {threads:?}"
     );
-    assert_ne!(threads[4], asker, "the fifth link went to the executor");
+    assert_ne!(threads[4], asker, "the fifth link went to the dispatcher");
 
     // Many rounds from several threads: every chain answers in full.
     let rounds: Vec<_> = (0..3)
@@ -268,7 +268,7 @@ fn poison_pill_here_stops_an_idle_actor_on_the_calling_thread_after_its_messages
         });
         // An ask that ran inline leaves the actor idle (its activation
         // parked before the ask returned); the first ones may meet its
-        // start still running on the executor.
+        // start still running on the dispatcher.
         let mut inline = false;
         for _ in 0..20 {
             if a.ask(Where).await.unwrap() == thread::current().id() {

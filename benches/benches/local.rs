@@ -808,8 +808,7 @@ fn measure(framework: &str, workload: &str, threads: usize) -> Result<Figures, S
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new(exe)
         .args(["child", framework, workload, &threads.to_string()])
-        .env("ASYNC_GLOBAL_EXECUTOR_THREADS", threads.to_string())
-        // async-std 1.13 reads this one.
+        // Troupe's dispatcher reads this one.
         .env("ASYNC_STD_THREAD_COUNT", threads.to_string())
         .output()
         .map_err(|e| e.to_string())?;

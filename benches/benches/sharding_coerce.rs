@@ -13,7 +13,7 @@
 //! the coordinator are persistent actors), 1,000 shards (coerce's
 //! `DefaultAllocator` with `max_shards: 1000`; its default is 100), every
 //! shard allocated and every entity alive before timing. Tokio runtime with
-//! two workers (the executor size of Troupe's async-std on this machine),
+//! two workers (the size of Troupe's dispatcher on this machine),
 //! the benchmark driving from `block_on` as `sharding.rs` does.
 //!
 //! coerce's sharded path per message (`Sharded::send`, and the tell below):
