@@ -124,23 +124,15 @@ impl<J> Pool<J> {
     /// Queues a job at the back of worker `w`'s queue (the injection queue
     /// when it is full) and wakes a sleeping worker to steal it, if any.
     pub(crate) fn push_local(&self, w: usize, job: J) {
-        if let Err(job) = self.locals[w].push(job) {
-            self.injected
-                .push(job)
-                .unwrap_or_else(|_| unreachable!("unbounded"));
+        match self.locals[w].push(job) {
+            Ok(()) => self.wake_one(),
+            Err(job) => self.inject(job),
         }
-        self.wake_one();
     }
 
     /// A job for worker `w`: its own queue, the injection queue, then
-    /// another worker's queue. `injected_first`: the injection queue's
-    /// turn to go first.
-    pub(crate) fn find(&self, w: usize, injected_first: bool) -> Option<J> {
-        if injected_first {
-            if let Some(job) = self.injected.pop() {
-                return Some(job);
-            }
-        }
+    /// another worker's queue.
+    pub(crate) fn find(&self, w: usize) -> Option<J> {
         if let Some(job) = self.locals[w].pop() {
             return Some(job);
         }
@@ -175,14 +167,11 @@ impl<J> Pool<J> {
     }
 
     /// Wakes worker `w` itself if it sleeps (a worker that schedules
-    /// while it drives the reactor, on its way to sleep); false if it was
-    /// not asleep.
-    fn wake(&self, w: usize) -> bool {
-        let asleep = self.unlist(w);
-        if asleep {
+    /// while it drives the reactor, on its way to sleep).
+    fn wake(&self, w: usize) {
+        if self.unlist(w) {
             self.parkers[w].unpark();
         }
-        asleep
     }
 
     /// Takes worker `w` off the sleepers; false if it was not on them.
@@ -399,32 +388,44 @@ thread_local! {
 /// Schedules `job`: on a worker that is running a job, at `place`; from
 /// anywhere else, on the injection queue.
 pub(crate) fn schedule(job: Job, place: Place) {
-    let pool = &*POOL;
-    // (A thread whose locals are being destroyed is not a worker.)
-    let here = HERE
-        .try_with(|here| (here.worker.get(), here.running.get()))
-        .unwrap_or((None, false));
-    match here {
-        (Some(w), true) => match place {
-            Place::Next => {
-                if let Some(earlier) = HERE.with(|here| here.next.replace(Some(job))) {
-                    pool.push_local(w, earlier);
+    /// Where the scheduling thread is.
+    enum At {
+        Outside,
+        Running(usize),
+        Between(usize),
+    }
+    // One look at this thread's state (this is on every tell's path). The
+    // job stays in `job` unless it goes to the next slot, in which case
+    // `job` takes the one the slot held. A thread whose locals are being
+    // destroyed is not a worker.
+    let mut job = Some(job);
+    let at = HERE
+        .try_with(|here| match here.worker.get() {
+            None => At::Outside,
+            Some(w) if !here.running.get() => At::Between(w),
+            Some(w) => {
+                if place == Place::Next {
+                    job = here.next.replace(job.take());
                 }
+                At::Running(w)
             }
-            Place::Back => pool.push_local(w, job),
-        },
+        })
+        .unwrap_or(At::Outside);
+    let Some(job) = job else { return };
+    let pool = &*POOL;
+    match at {
+        // A job for the back, or the one the next slot held.
+        At::Running(w) => pool.push_local(w, job),
         // A worker between jobs, driving the reactor: its own queue, and
         // it wakes if it was asleep. (When it is busy, polling the reactor
         // in its yield, an idle worker is not woken: the job waits behind
         // the worker's next ones, but stays where its connection's other
         // work runs. Waking one measured slower remote tells.)
-        (Some(w), false) => match pool.locals[w].push(job) {
-            Ok(()) => {
-                pool.wake(w);
-            }
+        At::Between(w) => match pool.locals[w].push(job) {
+            Ok(()) => pool.wake(w),
             Err(job) => pool.inject(job),
         },
-        (None, _) => pool.inject(job),
+        At::Outside => pool.inject(job),
     }
 }
 
@@ -492,11 +493,11 @@ async fn work(w: usize) {
                 pool.push_local(w, job);
             }
             next_in_a_row = 0;
-            let mut found = pool.find(w, false);
+            let mut found = pool.find(w);
             let mut round = 0;
             while found.is_none() && round < SEARCH_ROUNDS {
                 std::thread::yield_now();
-                found = pool.find(w, false);
+                found = pool.find(w);
                 round += 1;
             }
             found
@@ -580,7 +581,7 @@ mod tests {
         stop: Arc<AtomicBool>,
     ) {
         loop {
-            match pool.find(w, false) {
+            match pool.find(w) {
                 Some(j) => {
                     ran[j].fetch_add(1, Ordering::SeqCst);
                     if ran[3].fetch_add(1, Ordering::SeqCst) + 1 == jobs {

@@ -108,12 +108,17 @@ where
     JoinHandle { task: Some(task) }
 }
 
-/// Spawns a task that nobody awaits (activations that have to wait).
+/// Spawns a task that nobody awaits (activations that have to wait): no
+/// panic wrapper or stored output, as before the dispatcher. Activations
+/// catch their handlers' panics; one escaping the task is logged by the
+/// worker that ran it.
 pub(crate) fn spawn_detached<F>(future: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    drop(spawn(future));
+    let (runnable, task) = async_task::spawn(future, async_task::WithInfo(schedule_task));
+    task.detach();
+    dispatcher::schedule(Job::Task(runnable), Place::Back);
 }
 
 /// Where a woken task goes: a task that woke itself while it ran (a
