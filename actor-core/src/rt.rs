@@ -83,6 +83,25 @@ pub type TcpListener = async_std::net::TcpListener;
 /// bound `std::net::UdpSocket` with `From`.
 pub type UdpSocket = async_std::net::UdpSocket;
 
+/// Resolves `host` (a name, or an IP address written out) and `port` to
+/// socket addresses, in the order the system resolver gives them. The
+/// resolver blocks, so it runs on a thread kept for blocking work, not on
+/// a worker. (Connecting with a `(host, port)` pair would resolve through
+/// async-std, which starts async-std's own executor threads beside the
+/// workers.)
+///
+/// ```
+/// use troupe_core::rt;
+///
+/// let addrs = rt::block_on(rt::resolve("127.0.0.1", 8558)).unwrap();
+/// assert_eq!(addrs, vec!["127.0.0.1:8558".parse().unwrap()]);
+/// ```
+pub async fn resolve(host: &str, port: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let host = host.to_owned();
+    blocking::unblock(move || Ok((host.as_str(), port).to_socket_addrs()?.collect())).await
+}
+
 /// Spawns a task on the dispatcher's worker threads. A panic in the task
 /// is logged, and resumed in whoever awaits its handle.
 pub fn spawn<F>(future: F) -> JoinHandle<F::Output>

@@ -183,3 +183,35 @@ fn block_on_inside_a_task_lets_the_jobs_it_waits_for_run() {
     }));
     assert_eq!(out, 42);
 }
+
+/// The names of this process's threads (Linux truncates them to 15 bytes).
+#[cfg(target_os = "linux")]
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim_end().to_string())
+        .collect()
+}
+
+/// `rt::resolve` resolves a host name on a thread for blocking work, from
+/// a task, without starting async-std's executor threads beside the
+/// workers (async-std's own resolution would start them).
+#[cfg(target_os = "linux")]
+#[test]
+fn resolving_a_host_name_starts_no_other_executor() {
+    let addrs = rt::block_on(rt::spawn(rt::resolve("localhost", 8558))).unwrap();
+    assert!(
+        addrs
+            .iter()
+            .any(|a| a.ip().is_loopback() && a.port() == 8558),
+        "{addrs:?}"
+    );
+    let err = rt::block_on(rt::resolve("no such host.invalid", 1));
+    assert!(err.is_err(), "{err:?}");
+    let names = thread_names();
+    assert!(
+        !names.iter().any(|n| n.starts_with("async-std")),
+        "async-std's executor threads started: {names:?}"
+    );
+}

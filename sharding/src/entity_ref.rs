@@ -136,6 +136,57 @@ impl<E: Entity> EntityRef<E> {
         }
     }
 
+    /// Sends `msg` as [`tell`](Self::tell) does, but while the queue of
+    /// messages to the entity's node is full it waits for room instead of
+    /// handing the message back (back-pressure for a sender that is faster
+    /// than the network). Refused, with the message handed back, for the
+    /// other reasons of `tell`.
+    ///
+    /// The wait is not bounded: a node that stays unreachable keeps its
+    /// queue full until it is downed and its shards move. Bound it with a
+    /// timeout where that matters.
+    ///
+    /// ```no_run
+    /// # use troupe_core::prelude::*;
+    /// # use serde::{Deserialize, Serialize};
+    /// # use troupe_sharding::{ClusterSharding, EntityRef};
+    /// # #[derive(Message, Serialize, Deserialize)]
+    /// # struct Reading { celsius: f64 }
+    /// # #[derive(Default)]
+    /// # struct Sensor;
+    /// # impl Actor for Sensor {}
+    /// # #[troupe_sharding::entity(name = "sensor")]
+    /// # impl Sensor {
+    /// #     async fn reading(&mut self, _msg: Reading) {}
+    /// # }
+    /// # async fn demo(sharding: ClusterSharding) {
+    /// let sensor: EntityRef<Sensor> = sharding.entity_ref("s-7").unwrap();
+    /// for celsius in [20.5, 20.7, 21.0] {
+    ///     sensor.send(Reading { celsius }).await.unwrap();
+    /// }
+    /// # }
+    /// ```
+    pub async fn send<M>(&self, msg: M) -> Result<(), ShardingTellError<M>>
+    where
+        E: Handler<M>,
+        M: Message + Serialize + DeserializeOwned,
+        M::Reply: Serialize + DeserializeOwned,
+    {
+        let mut msg = msg;
+        loop {
+            match self.tell(msg) {
+                Err(ShardingTellError::NodeQueueFull(m)) => {
+                    msg = m;
+                    // (A shard that moved meanwhile: try its new home.)
+                    if let Some(region) = self.route.remote_home() {
+                        region.wait_for_room().await;
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Sends `msg` and waits for the reply, for at most the actor system's
     /// default ask timeout.
     pub fn ask<M>(&self, msg: M) -> Ask<M::Reply>

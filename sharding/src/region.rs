@@ -140,6 +140,15 @@ impl<E: Entity> ShardRoute<E> {
     fn read_home(&self) -> std::sync::RwLockReadGuard<'_, Home<E>> {
         self.home.read().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The region of the node that hosts the shard, if that is another
+    /// node.
+    pub(crate) fn remote_home(&self) -> Option<ActorRef<Region<E>>> {
+        match &*self.read_home() {
+            Home::Remote(region) => Some(region.clone()),
+            Home::Local(_) | Home::Unknown => None,
+        }
+    }
 }
 
 /// Why a message did not take the direct path.

@@ -662,6 +662,45 @@ fn messages_buffered_for_a_node_whose_queue_is_full_wait_and_all_arrive_in_order
     });
 }
 
+/// `EntityRef::send` waits for room in a full queue to the entity's node
+/// where `tell` hands the message back, and what it sent arrives once and
+/// in order behind what filled the queue.
+#[test]
+fn send_waits_for_room_in_the_full_queue_to_the_entity_s_node() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = sharding_settings();
+        let host = start_nodes(1, &probe, settings.clone()).remove(0);
+        let proxy = proxy_with_small_queues(&host, settings);
+        all_up(&[&host, &proxy], 2).await;
+        let paced = proxy.counter("paced");
+        // The shard's home is known: tells go straight to the host's queue.
+        assert_eq!(
+            paced.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            host.name()
+        );
+        let mut next = 0u64;
+        fill_queue(&paced, &mut next);
+        assert!(next > 0, "the queue took nothing");
+        // The queue is full now: this `send` must wait.
+        let sent = rt::timeout(DEADLINE, async {
+            for _ in 0..2000 {
+                paced.send(Seq(next)).await.expect("send waits for room");
+                next += 1;
+            }
+        })
+        .await;
+        assert!(sent.is_some(), "send did not get room within {DEADLINE:?}");
+        await_received(&probe, "paced", next, "every message sent arrived").await;
+        probe.state(|p| {
+            let want: Vec<u64> = (0..next).collect();
+            assert_eq!(p.received["paced"], want, "once and in order");
+        });
+        shutdown_all([host, proxy]).await;
+    });
+}
+
 /// Moves `shard` to `to` through the chosen-allocation strategy (Pekko's
 /// "rebalance specified shards"), running `load` until `to` hosts it.
 async fn move_shard_while(choice: &Choice, shard: &str, to: &Node, mut load: impl AsyncFnMut()) {

@@ -19,8 +19,8 @@ use std::time::Instant;
 /// Why a message was not queued for the peer.
 #[derive(Debug, Clone)]
 pub(crate) enum SendError {
-    /// The queue to the peer is full (`send_user` counts the message as a
-    /// dead letter; `send_encoded` leaves it to its caller).
+    /// The queue to the peer is full (the message goes back to its
+    /// caller, who may send it again).
     Full,
     /// It cannot be sent at all (including once this node's remoting is
     /// shut down: its queues are closed, and waiting would not help).
@@ -182,11 +182,9 @@ impl Association {
         if self.enqueue(stream, frame) {
             return Ok(());
         }
-        let refusal = self.refusal(stream);
-        if let SendError::Full = refusal {
-            self.overflow(M::manifest());
-        }
-        Err(refusal)
+        // Handed back to the sender (or failing its ask), as a full local
+        // mailbox does: not lost, so not a dead letter.
+        Err(self.refusal(stream))
     }
 
     /// Waits until the queue of user messages to the peer has room (or is
@@ -221,7 +219,8 @@ impl Association {
         }
     }
 
-    fn overflow(&self, what: &'static str) {
+    /// A frame this node could not queue and cannot hand back: lost.
+    fn dropped(&self, what: &'static str) {
         let addr = &self.address;
         self.remoting
             .system
@@ -254,7 +253,7 @@ impl Association {
     /// Sends the reply of an ask this node answered.
     pub(crate) fn send_reply_frame(&self, frame: Vec<u8>) {
         if !self.enqueue(Stream::Ordinary, frame) {
-            self.overflow("reply to a remote ask");
+            self.dropped("reply to a remote ask");
         }
     }
 

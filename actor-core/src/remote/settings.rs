@@ -34,7 +34,9 @@ pub struct RemoteSettings {
     /// log line. Default 256 KiB (Akka's `maximum-frame-size`).
     pub max_frame_size: usize,
     /// Ordinary messages queued per peer while it is slow or not connected;
-    /// overflow goes to dead letters. Default 100,000.
+    /// beyond it a `tell` is refused with `TellError::MailboxFull` (the
+    /// message handed back) and an ask fails with `AskError::MailboxFull`.
+    /// Default 100,000.
     pub outbound_queue_size: usize,
     /// Control messages (system messages, heartbeats) queued per peer.
     /// Default 20,000 (Akka's `outbound-control-queue-size`).

@@ -79,12 +79,30 @@ impl Prober {
     }
 
     async fn connect(&self) -> Result<SendRequest<Empty<Bytes>>, ProbeError> {
-        let stream = match self.target.address {
-            Some(ip) => rt::TcpStream::connect(SocketAddr::new(ip, self.port)).await,
-            // A host name: async-std resolves it off the executor threads.
-            None => rt::TcpStream::connect((self.target.host.as_str(), self.port)).await,
+        let addrs = match self.target.address {
+            Some(ip) => vec![SocketAddr::new(ip, self.port)],
+            None => rt::resolve(&self.target.host, self.port)
+                .await
+                .map_err(|e| ProbeError::Connect(format!("cannot resolve the host: {e}")))?,
+        };
+        // Each address in turn, as a connect to a host name does.
+        let mut last = None;
+        let mut stream = None;
+        for addr in addrs {
+            match rt::TcpStream::connect(addr).await {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
         }
-        .map_err(|e| ProbeError::Connect(e.to_string()))?;
+        let stream = stream.ok_or_else(|| {
+            ProbeError::Connect(last.map_or_else(
+                || format!("the host `{}` has no address", self.target.host),
+                |e| e.to_string(),
+            ))
+        })?;
         let (sender, connection) = http1::handshake(FuturesIo::new(stream))
             .await
             .map_err(|e| ProbeError::Http(e.to_string()))?;
