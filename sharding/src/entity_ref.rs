@@ -4,7 +4,7 @@ use crate::delivery::{Body, Delivery, Typed};
 use crate::entity::Entity;
 use crate::error::ShardingTellError;
 use crate::extractor::EntityId;
-use crate::region::{Direct, Refused, RegionShared, ShardRoute};
+use crate::region::{Direct, Refused, RegionShared, ShardRoute, ROOM_WAIT_MAX};
 use crate::sharding::ClusterSharding;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::ser::SerializeStruct;
@@ -12,7 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
-use troupe_core::{Ask, AskError, Handler, Message, Replier};
+use troupe_core::{rt, Ask, AskError, Handler, Message, Replier};
 
 /// A reference to entity `id` of type `E`: send it the messages `E`
 /// handles (checked by the compiler), from any node, whether the entity
@@ -105,9 +105,15 @@ impl<E: Entity> EntityRef<E> {
         &self.route.shard
     }
 
-    /// Sends `msg` without waiting for anything. Refused (with the message
-    /// handed back) only when the region's buffer is full or the region
-    /// has stopped; otherwise it is delivered once, in order with the other
+    /// Sends `msg` without waiting for anything. Refused, with the message
+    /// handed back, when the region's buffer is full
+    /// ([`BufferFull`](ShardingTellError::BufferFull)), the queue of
+    /// messages to the entity's node is full
+    /// ([`NodeQueueFull`](ShardingTellError::NodeQueueFull): slow down and
+    /// retry, or use [`send`](Self::send)), the message cannot be sent to
+    /// that node ([`NotSendable`](ShardingTellError::NotSendable)) or the
+    /// region has stopped ([`RegionStopped`](ShardingTellError::RegionStopped)).
+    /// Once accepted, it is delivered once, in order with the other
     /// messages from this node, across moves of its shard.
     pub fn tell<M>(&self, msg: M) -> Result<(), ShardingTellError<M>>
     where
@@ -139,12 +145,16 @@ impl<E: Entity> EntityRef<E> {
     /// Sends `msg` as [`tell`](Self::tell) does, but while the queue of
     /// messages to the entity's node is full it waits for room instead of
     /// handing the message back (back-pressure for a sender that is faster
-    /// than the network). Refused, with the message handed back, for the
-    /// other reasons of `tell`.
+    /// than the network). It looks at the shard's home again at least once
+    /// a second, so a wait on a node that stays unreachable ends when the
+    /// shard moves away from it. Refused, with the message handed back,
+    /// for `tell`'s other reasons, among them a full region buffer
+    /// (`BufferFull`: while the region holds messages for the shard, new
+    /// ones queue behind them there, up to `buffer-size`).
     ///
-    /// The wait is not bounded: a node that stays unreachable keeps its
-    /// queue full until it is downed and its shards move. Bound it with a
-    /// timeout where that matters.
+    /// The wait is not otherwise bounded: while the node stays unreachable
+    /// and hosts the shard, it goes on. Bound it with a timeout where that
+    /// matters.
     ///
     /// ```no_run
     /// # use troupe_core::prelude::*;
@@ -177,9 +187,12 @@ impl<E: Entity> EntityRef<E> {
             match self.tell(msg) {
                 Err(ShardingTellError::NodeQueueFull(m)) => {
                     msg = m;
-                    // (A shard that moved meanwhile: try its new home.)
+                    // A shard that moved meanwhile is tried at its new home
+                    // at once; room that does not come (a node cut off
+                    // until it is removed) is waited for a second at a
+                    // time, then the home is read again.
                     if let Some(region) = self.route.remote_home() {
-                        region.wait_for_room().await;
+                        let _ = rt::timeout(ROOM_WAIT_MAX, region.wait_for_room()).await;
                     }
                 }
                 other => return other,

@@ -558,8 +558,9 @@ const RESEND_HELD_AFTER: std::time::Duration = std::time::Duration::from_millis(
 
 /// The longest wait for room in the queue to a congested node before the
 /// held messages are tried again anyway (room that never comes: a node
-/// whose link stays cut until it is removed).
-const ROOM_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+/// whose link stays cut until it is removed). `EntityRef::send` looks
+/// again as often.
+pub(crate) const ROOM_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Time to send the hosted shards their shares of the limit.
 #[derive(Message, Clone)]

@@ -663,8 +663,9 @@ fn messages_buffered_for_a_node_whose_queue_is_full_wait_and_all_arrive_in_order
 }
 
 /// `EntityRef::send` waits for room in a full queue to the entity's node
-/// where `tell` hands the message back, and what it sent arrives once and
-/// in order behind what filled the queue.
+/// where `tell` hands the message back: it stays pending while the link is
+/// held (the queue cannot drain), completes once it is released, and what
+/// it sent arrives once and in order behind what filled the queue.
 #[test]
 fn send_waits_for_room_in_the_full_queue_to_the_entity_s_node() {
     init_logging();
@@ -680,18 +681,30 @@ fn send_waits_for_room_in_the_full_queue_to_the_entity_s_node() {
             paced.ask_timeout(WhereAreYou, ASK).await.unwrap(),
             host.name()
         );
+        // Held: the queue to the host fills and stays full.
+        let faults = proxy.system.remoting().unwrap().fault_injector().unwrap();
+        faults.hold(&host.address());
         let mut next = 0u64;
         fill_queue(&paced, &mut next);
         assert!(next > 0, "the queue took nothing");
-        // The queue is full now: this `send` must wait.
-        let sent = rt::timeout(DEADLINE, async {
-            for _ in 0..2000 {
-                paced.send(Seq(next)).await.expect("send waits for room");
-                next += 1;
+        let first_sent = next;
+        let sends = async {
+            for n in first_sent..first_sent + 2000 {
+                paced.send(Seq(n)).await.expect("send waits for room");
             }
-        })
-        .await;
+        };
+        let mut sends = std::pin::pin!(sends);
+        for _ in 0..3 {
+            assert!(
+                futures_lite::future::poll_once(&mut sends).await.is_none(),
+                "send completed while the queue to the host was full"
+            );
+            rt::sleep(Duration::from_millis(20)).await;
+        }
+        faults.release(&host.address());
+        let sent = rt::timeout(DEADLINE, sends).await;
         assert!(sent.is_some(), "send did not get room within {DEADLINE:?}");
+        next = first_sent + 2000;
         await_received(&probe, "paced", next, "every message sent arrived").await;
         probe.state(|p| {
             let want: Vec<u64> = (0..next).collect();
