@@ -9,7 +9,7 @@ use common::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, ThreadId};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use troupe_core::prelude::*;
 use troupe_core::rt;
 
@@ -267,16 +267,19 @@ fn poison_pill_here_stops_an_idle_actor_on_the_calling_thread_after_its_messages
             handled: handled.clone(),
         });
         // An ask that ran inline leaves the actor idle (its activation
-        // parked before the ask returned); the first ones may meet its
-        // start still running on the dispatcher.
-        let mut inline = false;
-        for _ in 0..20 {
-            if a.ask(Where).await.unwrap() == thread::current().id() {
-                inline = true;
-                break;
-            }
+        // parked before the ask returned). The first ones may meet its
+        // start, or the activation that answered the one before, still
+        // running on a worker (on a loaded host, ask after ask can), so
+        // an ask that did not run inline is followed by a pause in which
+        // that activation can end.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while a.ask(Where).await.unwrap() != thread::current().id() {
+            assert!(
+                Instant::now() < deadline,
+                "no ask to the idle actor ran inline within 20 s"
+            );
+            rt::sleep(Duration::from_millis(1)).await;
         }
-        assert!(inline, "an ask to the idle actor ran inline");
         a.poison_pill_here();
         // Idle, and far from the fairness turn (every 32nd), so the stop
         // ran here, before the call returned.
