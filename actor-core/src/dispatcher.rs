@@ -130,6 +130,16 @@ impl<J> Pool<J> {
         }
     }
 
+    /// Queues a job on worker `w`'s own queue from `w` itself between
+    /// jobs (driving the reactor, perhaps on its way to sleep): `w` wakes
+    /// if it was asleep, and no other worker is woken for it.
+    fn push_own(&self, w: usize, job: J) {
+        match self.locals[w].push(job) {
+            Ok(()) => self.wake(w),
+            Err(job) => self.inject(job),
+        }
+    }
+
     /// A job for worker `w`: its own queue, the injection queue, then
     /// another worker's queue.
     pub(crate) fn find(&self, w: usize) -> Option<J> {
@@ -421,10 +431,7 @@ pub(crate) fn schedule(job: Job, place: Place) {
         // in its yield, an idle worker is not woken: the job waits behind
         // the worker's next ones, but stays where its connection's other
         // work runs. Waking one measured slower remote tells.)
-        At::Between(w) => match pool.locals[w].push(job) {
-            Ok(()) => pool.wake(w),
-            Err(job) => pool.inject(job),
-        },
+        At::Between(w) => pool.push_own(w, job),
         At::Outside => pool.inject(job),
     }
 }

@@ -151,10 +151,15 @@ fn schedule_task(runnable: async_task::Runnable, info: async_task::ScheduleInfo)
     dispatcher::schedule(Job::Task(runnable), place);
 }
 
-/// How many worker threads the dispatcher runs: `ASYNC_STD_THREAD_COUNT`
-/// when set (at least 1; the name async-std's executor read, kept for the
-/// scripts and tests that set it), else the available parallelism.
-pub(crate) fn worker_threads() -> usize {
+/// How many worker threads the dispatcher runs (or will run, once
+/// started): `ASYNC_STD_THREAD_COUNT` when set (at least 1; the name
+/// async-std's executor read, kept for the scripts and tests that set it),
+/// else the available parallelism. Read once per process.
+///
+/// ```
+/// assert!(troupe_core::rt::worker_threads() >= 1);
+/// ```
+pub fn worker_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| {
         std::env::var("ASYNC_STD_THREAD_COUNT")
@@ -168,9 +173,9 @@ pub(crate) fn worker_threads() -> usize {
 /// Runs a future to completion on the current thread (for `main`, tests
 /// and examples). Inside a task or a handler it blocks a worker thread
 /// until the future completes (with one worker, for ever if the future
-/// needs another task): await instead. The thread only waits meanwhile: the I/O reactor is
-/// driven by the dispatcher's sleeping workers, so that what it wakes runs
-/// where it woke.
+/// needs another task): await instead. The thread only waits meanwhile:
+/// the I/O reactor is driven by the dispatcher's sleeping workers, so that
+/// what it wakes runs where it woke.
 pub fn block_on<F: Future>(future: F) -> F::Output {
     dispatcher::outside_jobs(|| futures_lite::future::block_on(future))
 }

@@ -1,7 +1,7 @@
 //! The dispatcher (`actor-core/src/dispatcher.rs`): a handler that blocks
-//! its thread holds up no other activation. In
-//! a process of its own (a test binary of its own), since it blocks one of
-//! the dispatcher's worker threads for seconds.
+//! its thread holds up no other activation. In a process of its own (a
+//! test binary of its own), since it blocks one of the dispatcher's worker
+//! threads for seconds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,7 +39,7 @@ impl Worker {
 fn a_blocking_activation_holds_up_no_other() {
     // Needs a second worker thread (the dispatcher's count:
     // `ASYNC_STD_THREAD_COUNT`, else the available parallelism).
-    if common::worker_threads() < 2 {
+    if rt::worker_threads() < 2 {
         return;
     }
     rt::block_on(async {

@@ -174,7 +174,7 @@ fn a_dropped_handle_detaches_and_cancel_drops_the_task() {
 #[test]
 fn block_on_inside_a_task_lets_the_jobs_it_waits_for_run() {
     // With one worker, the blocked one, nobody would run them.
-    if common::worker_threads() < 2 {
+    if rt::worker_threads() < 2 {
         return;
     }
     let out = rt::block_on(rt::spawn(async {

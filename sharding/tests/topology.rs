@@ -699,7 +699,7 @@ fn send_waits_for_room_in_the_full_queue_to_the_entity_s_node() {
                 futures_lite::future::poll_once(&mut sends).await.is_none(),
                 "send completed while the queue to the host was full"
             );
-            rt::sleep(Duration::from_millis(20)).await;
+            rt::yield_now().await;
         }
         faults.release(&host.address());
         let sent = rt::timeout(DEADLINE, sends).await;

@@ -42,13 +42,3 @@ pub fn init_logging() {
         .with_test_writer()
         .try_init();
 }
-
-/// How many worker threads the dispatcher runs in this test process
-/// (`ASYNC_STD_THREAD_COUNT`, else the available parallelism), for tests
-/// that need a second one.
-pub fn worker_threads() -> usize {
-    std::env::var("ASYNC_STD_THREAD_COUNT")
-        .ok()
-        .and_then(|n| n.parse::<usize>().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}

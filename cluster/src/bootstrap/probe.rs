@@ -85,23 +85,10 @@ impl Prober {
                 .await
                 .map_err(|e| ProbeError::Connect(format!("cannot resolve the host: {e}")))?,
         };
-        // Each address in turn, as a connect to a host name does.
-        let mut last = None;
-        let mut stream = None;
-        for addr in addrs {
-            match rt::TcpStream::connect(addr).await {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        let stream = stream.ok_or_else(|| {
-            ProbeError::Connect(last.map_or_else(
-                || format!("the host `{}` has no address", self.target.host),
-                |e| e.to_string(),
-            ))
+        let stream = connect_first(addrs).await.map_err(|e| {
+            ProbeError::Connect(
+                e.unwrap_or_else(|| format!("the host `{}` has no address", self.target.host)),
+            )
         })?;
         let (sender, connection) = http1::handshake(FuturesIo::new(stream))
             .await
@@ -187,6 +174,20 @@ pub(crate) fn parse(body: &[u8]) -> Result<ProbeAnswer, ProbeError> {
         self_node,
         seed_nodes,
     })
+}
+
+/// A connection to the first of `addrs` that accepts one, as a connect to a
+/// host name tries each of its addresses in turn; else the last error
+/// (`None` when there was no address to try).
+async fn connect_first(addrs: Vec<SocketAddr>) -> Result<rt::TcpStream, Option<String>> {
+    let mut last = None;
+    for addr in addrs {
+        match rt::TcpStream::connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e.to_string()),
+        }
+    }
+    Err(last)
 }
 
 #[cfg(test)]
