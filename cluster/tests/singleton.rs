@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use troupe_cluster::singleton::{self, ClusterSingletonSettings};
@@ -23,6 +23,9 @@ struct Probe {
     max_alive: AtomicUsize,
     started: AtomicUsize,
     recorded: std::sync::Mutex<Vec<u64>>,
+    /// Instances pause after every 50th record, so that they fall behind
+    /// and a hand-over finds messages still queued.
+    slow_records: AtomicBool,
 }
 
 struct Tickets {
@@ -53,6 +56,10 @@ struct NextTicket;
 impl Tickets {
     async fn record(&mut self, m: Record, _ctx: &mut Context<Self>) {
         self.probe.recorded.lock().unwrap().push(m.0);
+        if self.probe.slow_records.load(Ordering::SeqCst) && m.0 % 50 == 49 {
+            // A slow consumer, not a wait for a condition.
+            rt::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     async fn next_ticket(&mut self, _m: NextTicket, _ctx: &mut Context<Self>) -> u64 {
@@ -427,7 +434,12 @@ fn the_three_oldest_crash_together_and_a_single_instance_runs_again() {
 fn the_proxy_loses_nothing_across_a_hand_over() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     rt::block_on(async {
-        let probe = Arc::new(Probe::default());
+        // The instance is slower than the sender: the hand-over finds
+        // messages queued for it, which must be handled, not dropped.
+        let probe = Arc::new(Probe {
+            slow_records: AtomicBool::new(true),
+            ..Probe::default()
+        });
         let mut nodes = nodes(3, &probe);
         all_up(&nodes, 3).await;
         let first = oldest(&nodes).await;
@@ -440,7 +452,11 @@ fn the_proxy_loses_nothing_across_a_hand_over() {
             &nodes[younger].system,
             &nodes[younger].cluster,
             "tickets",
-            singleton_settings(),
+            ClusterSingletonSettings {
+                // Room for everything sent while the slow instance drains.
+                buffer_size: 100_000,
+                ..singleton_settings()
+            },
         )
         .unwrap();
         proxy.ask(NextTicket).await.unwrap();
@@ -489,5 +505,36 @@ fn the_proxy_loses_nothing_across_a_hand_over() {
             n.system.shutdown().await;
         }
         leaving.system.shutdown().await;
+    });
+}
+
+#[test]
+fn a_full_proxy_buffer_drops_the_oldest_and_counts_it() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let nodes = nodes(1, &probe);
+        all_up(&nodes, 1).await;
+        // No member has the role: the proxy never finds an instance.
+        let proxy = singleton::proxy::<Tickets>(
+            &nodes[0].system,
+            &nodes[0].cluster,
+            "tickets",
+            ClusterSingletonSettings {
+                role: Some("absent".into()),
+                buffer_size: 10,
+                ..singleton_settings()
+            },
+        )
+        .unwrap();
+        for i in 0..25 {
+            proxy.tell(Record(i)).unwrap();
+        }
+        // Asked behind the 25 tells: each has been buffered or dropped.
+        assert_eq!(proxy.dropped().await, 15);
+        assert!(probe.recorded.lock().unwrap().is_empty());
+        for n in nodes {
+            n.system.shutdown().await;
+        }
     });
 }

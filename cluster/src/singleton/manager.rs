@@ -44,6 +44,16 @@ pub(crate) struct RemovalMarginOver;
 #[derive(Debug, Message)]
 pub(crate) struct HandOverAnswer(UniqueAddress, HandOverReply);
 
+/// How the instance is stopped.
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    /// After the messages already queued for it (a hand-over or an exit:
+    /// what proxies sent before they stopped forwarding is handled).
+    Drain,
+    /// Before its next message (this node is out of the cluster).
+    Now,
+}
+
 /// Where the manager stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
@@ -139,9 +149,12 @@ impl<A: Actor> SingletonManager<A> {
 
     /// Stops the instance and waits for it to be gone; then the exit of
     /// this node may go on.
-    async fn stop_instance(&mut self) {
+    async fn stop_instance(&mut self, ending: Ending) {
         if let Some(i) = self.instance.take() {
-            i.stop();
+            match ending {
+                Ending::Drain => i.poison_pill(),
+                Ending::Now => i.stop(),
+            }
             i.wait_for_termination().await;
             tracing::info!("singleton {} stopped on {}", i, self.cluster.self_address());
         }
@@ -243,7 +256,7 @@ impl<A: Actor> SingletonManager<A> {
         // Leaving with nobody to hand over to: stop, so that the exit can go on.
         let exiting = self.self_exiting || matches!(my_status, Some(MemberStatus::Exiting));
         if exiting && self.oldest.is_none() {
-            self.stop_instance().await;
+            self.stop_instance(Ending::Drain).await;
             self.phase = Phase::Younger;
             return;
         }
@@ -327,7 +340,10 @@ impl<A: Actor> SingletonManager<A> {
         }
         for a in asks {
             if let Err(e) = a.await {
-                tracing::debug!("a singleton proxy did not confirm the move: {e}");
+                tracing::warn!(
+                    "a singleton proxy did not confirm the move within {timeout:?} ({e}); \
+                     what it forwards to the old instance from now on goes to dead letters"
+                );
             }
         }
     }
@@ -340,7 +356,7 @@ impl<A: Actor> SingletonManager<A> {
             );
         }
         self.phase = Phase::Gone;
-        self.stop_instance().await;
+        self.stop_instance(Ending::Now).await;
     }
 }
 
@@ -374,7 +390,7 @@ impl<A: Actor> Actor for SingletonManager<A> {
     }
 
     async fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.stop_instance().await;
+        self.stop_instance(Ending::Now).await;
     }
 }
 
@@ -429,7 +445,8 @@ impl<A: Actor> SingletonManager<A> {
         }
         self.decide(ctx).await;
         if self.instance.is_none() {
-            self.stop_instance().await;
+            // Nothing to stop: lets the exit go on.
+            self.stop_instance(Ending::Now).await;
         }
     }
 
@@ -440,7 +457,7 @@ impl<A: Actor> SingletonManager<A> {
                  node's exit can go on",
                 self.cluster.self_address()
             );
-            self.stop_instance().await;
+            self.stop_instance(Ending::Drain).await;
         }
     }
 
@@ -479,11 +496,10 @@ impl<A: Actor> SingletonManager<A> {
         // what it already sent), then the instance handles what is queued
         // and stops: nothing sent through a proxy is lost.
         self.quiesce_proxies(ctx).await;
-        if let Some(i) = &self.instance {
-            i.poison_pill();
-        }
-        // Waits: the answer leaves only once the instance is gone.
-        self.stop_instance().await;
+        // Waits: the answer leaves only once the instance is gone. (A
+        // plain stop here would send what the proxies had already
+        // forwarded to dead letters.)
+        self.stop_instance(Ending::Drain).await;
         self.phase = Phase::Younger;
         HandOverReply::Done
     }

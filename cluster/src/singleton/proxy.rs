@@ -8,6 +8,7 @@ use crate::singleton::manager::{manager_name, SingletonManager, ASK_TIMEOUT};
 use crate::singleton::protocol::{Moving, WhereIsSingleton};
 use crate::singleton::settings::ClusterSingletonSettings;
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 use troupe_core::prelude::*;
 use troupe_core::{rt, AskError, TellError};
 
@@ -41,6 +42,7 @@ impl<A: Actor> SingletonProxy<A> {
             target: None,
             buffer: VecDeque::new(),
             dropped: 0,
+            last_drop_log: None,
             looking: false,
         });
         Ok(SingletonProxy { actor })
@@ -114,6 +116,8 @@ pub(crate) struct ProxyActor<A: Actor> {
     target: Option<ActorRef<A>>,
     buffer: VecDeque<Delivery<A>>,
     dropped: u64,
+    /// When a dropped message was last logged.
+    last_drop_log: Option<Instant>,
     looking: bool,
 }
 
@@ -177,11 +181,19 @@ impl<A: Actor> ProxyActor<A> {
                 if self.buffer.len() >= self.settings.buffer_size.max(1) {
                     self.buffer.pop_front();
                     self.dropped += 1;
-                    tracing::warn!(
-                        "singleton not available and the proxy's buffer ({}) is full: dropped the oldest message ({} so far)",
-                        self.settings.buffer_size,
-                        self.dropped
-                    );
+                    // At most one line a second, however fast they drop.
+                    let now = Instant::now();
+                    if self
+                        .last_drop_log
+                        .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+                    {
+                        self.last_drop_log = Some(now);
+                        tracing::warn!(
+                            "singleton not available and the proxy's buffer ({}) is full: dropped the oldest message ({} so far)",
+                            self.settings.buffer_size,
+                            self.dropped
+                        );
+                    }
                 }
                 self.buffer.push_back(d.0);
                 self.identify(ctx);
