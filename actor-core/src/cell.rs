@@ -712,11 +712,12 @@ impl<A: Actor> AnyCell for ActorCell<A> {
         match polled {
             Ok(Poll::Ready(())) => {}
             Ok(Poll::Pending) => match activation.slow {
-                // It handled `throughput` messages and more wait: to the
-                // back of the queue (no task needed).
+                // It handled `throughput` messages and more wait: again
+                // on this worker unless it woke another job, which goes
+                // first (no task needed either way).
                 None => crate::dispatcher::schedule_activation(
                     activation.cell.clone(),
-                    crate::dispatcher::Place::Back,
+                    crate::dispatcher::Place::Again,
                 ),
                 Some(_) => rt::spawn_detached(activation),
             },

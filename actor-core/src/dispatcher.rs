@@ -25,11 +25,13 @@
 //! keeps a job from waiting while every worker sleeps is in [`Pool`], and
 //! is model-checked with loom.
 //!
-//! A job that keeps scheduling itself goes to the back of the local queue
-//! (a yield, an actor that used up its `throughput`), and a worker takes
-//! its next slot at most [`MAX_NEXT_IN_A_ROW`] times in a row and looks at
-//! the injection queue every [`INJECTED_EVERY`] jobs, so that no job waits
-//! for ever behind others. A handler that blocks its thread holds up the
+//! A task that yields goes to the back of the local queue. An actor that
+//! used up its `throughput` goes into the next slot if its activation woke
+//! no other job, else to the back: behind the sender's yielded task it
+//! would let its mailbox grow by a whole turn of the sender's each time. A
+//! worker takes its next slot at most [`MAX_NEXT_IN_A_ROW`] times in a row
+//! and looks at the injection queue every [`INJECTED_EVERY`] jobs, so that
+//! no job waits for ever behind others. A handler that blocks its thread holds up the
 //! job in that thread's next slot (never block in a handler: the guide's
 //! "How actors run"); everything else is taken by the other workers. So
 //! does a handler that computes for long: the actor it told waits for the
@@ -61,6 +63,11 @@ pub(crate) enum Place {
     Next,
     /// The back of the worker's queue: a job that yields, or a new task.
     Back,
+    /// The next slot if the running job woke nothing, else the back: an
+    /// activation that used up its `throughput`. Its turn is bounded by
+    /// [`MAX_NEXT_IN_A_ROW`] as any next job's, but it does not go behind
+    /// a sender that keeps telling it more while its mailbox grows.
+    Again,
 }
 
 /// What a worker runs.
@@ -414,8 +421,25 @@ pub(crate) fn schedule(job: Job, place: Place) {
             None => At::Outside,
             Some(w) if !here.running.get() => At::Between(w),
             Some(w) => {
-                if place == Place::Next {
-                    job = here.next.replace(job.take());
+                match place {
+                    Place::Next => job = here.next.replace(job.take()),
+                    Place::Again => {
+                        if let Some(mine) = job.take() {
+                            // Into the slot if it is free; else `job`
+                            // gets it back, for the back of the queue.
+                            job = match here.next.take() {
+                                None => {
+                                    here.next.set(Some(mine));
+                                    None
+                                }
+                                woken => {
+                                    here.next.set(woken);
+                                    Some(mine)
+                                }
+                            };
+                        }
+                    }
+                    Place::Back => {}
                 }
                 At::Running(w)
             }
@@ -438,7 +462,7 @@ pub(crate) fn schedule(job: Job, place: Place) {
 
 /// Schedules the activation claimed for `cell` (its `SCHEDULED` bit set by
 /// this caller): it runs next on this worker, or on any worker from
-/// outside them. `Place::Back` for an activation that used up its
+/// outside them. `Place::Again` for an activation that used up its
 /// `throughput`.
 pub(crate) fn schedule_activation(cell: Arc<dyn AnyCell>, place: Place) {
     schedule(Job::Activation(cell), place);
