@@ -74,11 +74,16 @@ fn node(settings: ClusterSettings) -> Node {
 }
 
 fn discovery(nodes: &[Node]) -> Arc<dyn ServiceDiscovery> {
+    discovery_on("127.0.0.1", nodes)
+}
+
+/// Discovery that names every contact point by `host`.
+fn discovery_on(host: &str, nodes: &[Node]) -> Arc<dyn ServiceDiscovery> {
     Arc::new(ConfigServiceDiscovery::new([(
         "shop".to_string(),
         nodes
             .iter()
-            .map(|n| ResolvedTarget::new("127.0.0.1", Some(n.http.local_addr().port())))
+            .map(|n| ResolvedTarget::new(host, Some(n.http.local_addr().port())))
             .collect(),
     )]))
 }
@@ -194,6 +199,27 @@ fn nodes_form_one_cluster_led_by_the_lowest_address_and_a_later_one_joins() {
         nodes[3].bootstrap.as_ref().unwrap().status(),
         BootstrapStatus::JoinedSeedNodes(_)
     ));
+}
+
+/// Contact points named by a host name: the probe resolves it (on a
+/// thread for blocking work, `rt::resolve`) and tries its addresses in
+/// turn (`localhost` may give `::1` first, where nothing listens).
+#[test]
+fn contact_points_named_by_host_name_are_resolved() {
+    init_logging();
+    let mut nodes: Vec<Node> = (0..2).map(|_| node(cluster_settings())).collect();
+    let d = discovery_on("localhost", &nodes);
+    for n in &mut nodes {
+        start_bootstrap(n, d.clone(), bootstrap_settings(2));
+    }
+    let mut expected: Vec<Address> = nodes
+        .iter()
+        .map(|n| n.cluster.self_address().clone())
+        .collect();
+    expected.sort();
+    for n in &nodes {
+        eventually("two members Up", || up_members(n) == expected);
+    }
 }
 
 #[test]
