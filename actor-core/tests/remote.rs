@@ -657,8 +657,10 @@ fn the_queue_to_an_unreachable_peer_is_bounded() {
             }
         }
         assert!(refused >= 89, "only {refused} refused");
-        // Handed back, not lost: no dead letters (as a full local mailbox).
+        // Handed back, not lost: no dead letters (as a full local mailbox),
+        // but counted.
         assert_eq!(a.dead_letter_count(), before);
+        assert_eq!(a.remoting().unwrap().refused_count(), refused);
         let e = nowhere
             .ask_timeout(Add(1), Duration::from_millis(100))
             .await

@@ -199,6 +199,7 @@ impl Association {
         if self.lane(stream).is_closed() {
             SendError::NotSendable(SHUT_DOWN.to_string())
         } else {
+            self.remoting.note_refused(&self.address);
             SendError::Full
         }
     }

@@ -76,6 +76,11 @@ pub(crate) struct RemotingShared {
     next_conn: AtomicU64,
     bad_input: Mutex<(Instant, u32, u64)>,
     bad_input_total: AtomicU64,
+    /// User messages refused because the queue to their node was full.
+    refused_total: AtomicU64,
+    /// When a refusal was last logged (milliseconds since `started`).
+    refused_logged_ms: AtomicU64,
+    started: Instant,
     /// The accept loop, awaited at shutdown so that the port is free when
     /// shutdown returns.
     acceptor: Mutex<Option<rt::JoinHandle<()>>>,
@@ -132,6 +137,9 @@ impl RemotingShared {
             next_conn: AtomicU64::new(0),
             bad_input: Mutex::new((Instant::now(), 0, 0)),
             bad_input_total: AtomicU64::new(0),
+            refused_total: AtomicU64::new(0),
+            refused_logged_ms: AtomicU64::new(u64::MAX),
+            started: Instant::now(),
             acceptor: Mutex::new(None),
             settings,
         });
@@ -389,6 +397,32 @@ impl RemotingShared {
     pub(crate) fn bad_input_count(&self) -> u64 {
         self.bad_input_total.load(Ordering::Relaxed)
     }
+
+    /// Counts a user message refused because the queue to `peer` was full
+    /// (handed back to its sender, or failing its ask), and logs it at most
+    /// once a second: callers that ignore the refusal leave this trace.
+    pub(crate) fn note_refused(&self, peer: &Address) {
+        let n = self.refused_total.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.refused_logged_ms.load(Ordering::Relaxed);
+        if (last == u64::MAX || now >= last + 1000)
+            && self
+                .refused_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::debug!(
+                "the queue of messages to {peer} is full: a message was refused ({n} so far on \
+                 this node; see Remoting::refused_count)"
+            );
+        }
+    }
+
+    /// How many user messages were refused so far because the queue to
+    /// their node was full.
+    pub(crate) fn refused_count(&self) -> u64 {
+        self.refused_total.load(Ordering::Relaxed)
+    }
 }
 
 async fn accept_loop(shared: Arc<RemotingShared>, listener: rt::TcpListener) {
@@ -527,6 +561,17 @@ impl Remoting {
     /// because they were malformed, oversized, unknown or undeliverable.
     pub fn bad_input_count(&self) -> u64 {
         self.shared.bad_input_count()
+    }
+
+    /// Messages refused so far because the queue to their node was full
+    /// (`TellError::MailboxFull` for a remote actor, `AskError::MailboxFull`,
+    /// `SendEncodedError::Full`: each was handed back to its sender, or
+    /// failed its ask, and is not a dead letter). A count that grows
+    /// means a peer that reads slower than this node sends, or a link that
+    /// is congested; senders that wait for room (`ActorRef::send`) are not
+    /// refused.
+    pub fn refused_count(&self) -> u64 {
+        self.shared.refused_count()
     }
 
     /// How many watches of remote actors local actors hold (one per pair
