@@ -418,8 +418,8 @@ impl RemotingShared {
         }
     }
 
-    /// How many user messages were refused so far because the queue to
-    /// their node was full.
+    /// How many sends of user messages were refused so far because the
+    /// queue to their node was full.
     pub(crate) fn refused_count(&self) -> u64 {
         self.refused_total.load(Ordering::Relaxed)
     }
@@ -563,10 +563,12 @@ impl Remoting {
         self.shared.bad_input_count()
     }
 
-    /// Messages refused so far because the queue to their node was full
-    /// (`TellError::MailboxFull` for a remote actor, `AskError::MailboxFull`,
-    /// `SendEncodedError::Full`: each was handed back to its sender, or
-    /// failed its ask, and is not a dead letter). A count that grows
+    /// Sends refused so far because the queue to the message's node was
+    /// full: `TellError::MailboxFull` for a remote actor,
+    /// `AskError::MailboxFull`, `SendEncodedError::Full`. Each refused
+    /// message was handed back to its sender, or failed its ask, and is
+    /// not a dead letter; a sender that retries one message counts each
+    /// try. A count that grows
     /// means a peer that reads slower than this node sends, or a link that
     /// is congested; senders that wait for room (`ActorRef::send`) are not
     /// refused.

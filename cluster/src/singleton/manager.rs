@@ -47,10 +47,12 @@ pub(crate) struct HandOverAnswer(UniqueAddress, HandOverReply);
 /// How the instance is stopped.
 #[derive(Debug, Clone, Copy)]
 enum Ending {
-    /// After the messages already queued for it (a hand-over or an exit:
-    /// what proxies sent before they stopped forwarding is handled).
+    /// After the messages already queued for it (a hand-over, or an exit
+    /// with nobody to hand over to: what proxies sent before they stopped
+    /// forwarding is handled), within half the exit phase's timeout.
     Drain,
-    /// Before its next message (this node is out of the cluster).
+    /// Before its next message (this node is out of the cluster, or the
+    /// hand-over did not come in time).
     Now,
 }
 
@@ -150,12 +152,32 @@ impl<A: Actor> SingletonManager<A> {
     /// Stops the instance and waits for it to be gone; then the exit of
     /// this node may go on.
     async fn stop_instance(&mut self, ending: Ending) {
-        if let Some(i) = self.instance.take() {
+        // Kept in `instance` until it has terminated, so that a stop of this
+        // manager meanwhile still finds it.
+        if let Some(i) = self.instance.clone() {
             match ending {
-                Ending::Drain => i.poison_pill(),
+                Ending::Drain => {
+                    i.poison_pill();
+                    // Bounded: well inside the exit phase's timeout, after
+                    // which the node leaves and the next oldest takes over
+                    // (two instances if this one still ran).
+                    let limit = self
+                        .cluster
+                        .coordinated_shutdown()
+                        .timeout(ShutdownPhase::ClusterExiting)
+                        / 2;
+                    if rt::timeout(limit, i.wait_for_termination()).await.is_none() {
+                        tracing::warn!(
+                            "the singleton {i} did not handle its queued messages within {limit:?}; \
+                             stopping it (the rest go to dead letters)"
+                        );
+                        i.stop();
+                    }
+                }
                 Ending::Now => i.stop(),
             }
             i.wait_for_termination().await;
+            self.instance = None;
             tracing::info!("singleton {} stopped on {}", i, self.cluster.self_address());
         }
         for done in self.exit_waiters.drain(..) {
@@ -457,7 +479,7 @@ impl<A: Actor> SingletonManager<A> {
                  node's exit can go on",
                 self.cluster.self_address()
             );
-            self.stop_instance(Ending::Drain).await;
+            self.stop_instance(Ending::Now).await;
         }
     }
 

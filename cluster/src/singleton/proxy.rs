@@ -42,6 +42,7 @@ impl<A: Actor> SingletonProxy<A> {
             target: None,
             buffer: VecDeque::new(),
             dropped: 0,
+            moves: 0,
             last_drop_log: None,
             looking: false,
         });
@@ -102,8 +103,12 @@ struct Deliver<A: Actor>(Delivery<A>);
 #[derive(Debug, Clone, Copy, Message)]
 struct Identify;
 
+/// Where the instance is, as answered to the identify of `moves`.
 #[derive(Debug, Message)]
-struct Found(Option<String>);
+struct Found {
+    path: Option<String>,
+    moves: u64,
+}
 
 #[derive(Debug, Clone, Copy, Message)]
 #[message(reply = u64)]
@@ -116,6 +121,9 @@ pub(crate) struct ProxyActor<A: Actor> {
     target: Option<ActorRef<A>>,
     buffer: VecDeque<Delivery<A>>,
     dropped: u64,
+    /// `Moving` warnings handled so far: an answer to an identify sent
+    /// before the last one may name the instance that is moving away.
+    moves: u64,
     /// When a dropped message was last logged.
     last_drop_log: Option<Instant>,
     looking: bool,
@@ -139,6 +147,7 @@ impl<A: Actor> ProxyActor<A> {
         let role = self.settings.role.clone();
         let manager = self.manager.clone();
         let me = ctx.myself().clone();
+        let moves = self.moves;
         let system = ctx.system();
         let proxy = system
             .remoting()
@@ -159,7 +168,7 @@ impl<A: Actor> ProxyActor<A> {
                     .ok()?
             }
             .await;
-            let _ = me.tell(Found(found));
+            let _ = me.tell(Found { path: found, moves });
         });
     }
 
@@ -207,7 +216,13 @@ impl<A: Actor> ProxyActor<A> {
 
     async fn found(&mut self, f: Found, ctx: &mut Context<Self>) {
         self.looking = false;
-        let Some(path) = f.0 else { return };
+        if f.moves != self.moves {
+            // Asked before the instance started moving: it may name the
+            // old one, which stops after what it already has. Ask again.
+            self.identify(ctx);
+            return;
+        }
+        let Some(path) = f.path else { return };
         match ctx.system().resolve::<A>(&path) {
             Ok(r) => {
                 tracing::debug!("singleton proxy found {r}");
@@ -233,6 +248,7 @@ impl<A: Actor> ProxyActor<A> {
 
     async fn moving(&mut self, _m: Moving, ctx: &mut Context<Self>) {
         // Buffer from now on, until the next instance is found.
+        self.moves += 1;
         if self.target.take().is_some() {
             tracing::debug!("the singleton is moving; buffering");
         }
