@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use troupe_cluster::coordinated_shutdown::Phase as ShutdownPhase;
 use troupe_cluster::singleton::{self, ClusterSingletonSettings};
 use troupe_cluster::{Cluster, ClusterSettings, MemberStatus};
 use troupe_core::prelude::*;
@@ -52,6 +53,10 @@ impl Actor for Tickets {
 #[message(reply = u64)]
 struct NextTicket;
 
+/// A message whose handler never ends.
+#[derive(Debug, Message, Serialize, Deserialize)]
+struct Stuck;
+
 #[handlers]
 impl Tickets {
     async fn record(&mut self, m: Record, _ctx: &mut Context<Self>) {
@@ -60,6 +65,11 @@ impl Tickets {
             // A slow consumer, not a wait for a condition.
             rt::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    async fn stuck(&mut self, _m: Stuck, _ctx: &mut Context<Self>) {
+        // Never ends by itself (a stop cancels it).
+        std::future::pending::<()>().await;
     }
 
     async fn next_ticket(&mut self, _m: NextTicket, _ctx: &mut Context<Self>) -> u64 {
@@ -99,10 +109,11 @@ fn singleton_settings() -> ClusterSingletonSettings {
 }
 
 fn nodes(n: usize, probe: &Arc<Probe>) -> Vec<Node> {
-    nodes_with(n, probe, None)
+    nodes_with(n, probe, |_| {})
 }
 
-fn nodes_with(n: usize, probe: &Arc<Probe>, down_removal_margin: Option<Duration>) -> Vec<Node> {
+/// `n` nodes with the test's cluster settings, changed by `adjust`.
+fn nodes_with(n: usize, probe: &Arc<Probe>, adjust: impl Fn(&mut ClusterSettings)) -> Vec<Node> {
     let systems: Vec<ActorSystem> = (0..n)
         .map(|_| {
             ActorSystem::builder("single")
@@ -123,15 +134,12 @@ fn nodes_with(n: usize, probe: &Arc<Probe>, down_removal_margin: Option<Duration
                 .register::<Tickets, NextTicket>()
                 .unwrap()
                 .register::<Tickets, Record>()
+                .unwrap()
+                .register::<Tickets, Stuck>()
                 .unwrap();
-            let cluster = Cluster::start(
-                &system,
-                ClusterSettings {
-                    down_removal_margin,
-                    ..settings(&seeds)
-                },
-            )
-            .unwrap();
+            let mut cluster_settings = settings(&seeds);
+            adjust(&mut cluster_settings);
+            let cluster = Cluster::start(&system, cluster_settings).unwrap();
             let p = probe.clone();
             singleton::start(
                 &system,
@@ -329,7 +337,7 @@ fn a_down_removal_margin_delays_the_take_over_so_instances_never_overlap() {
     rt::block_on(async {
         let margin = Duration::from_secs(3);
         let probe = Arc::new(Probe::default());
-        let mut nodes = nodes_with(3, &probe, Some(margin));
+        let mut nodes = nodes_with(3, &probe, |s| s.down_removal_margin = Some(margin));
         let host = cut_off_the_host(&mut nodes).await;
         let host_node = host.cluster.self_node().clone();
         eventually("the cut-off host is removed", async || {
@@ -536,5 +544,69 @@ fn a_full_proxy_buffer_drops_the_oldest_and_counts_it() {
         for n in nodes {
             n.system.shutdown().await;
         }
+    });
+}
+
+/// An instance stuck in a handler cannot drain its queue at a hand-over:
+/// after half the exit phase's timeout it is stopped, so the hand-over
+/// completes, and the next host starts only once it has stopped.
+#[test]
+fn a_hand_over_stops_an_instance_that_does_not_drain_in_time() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let mut nodes = nodes_with(2, &probe, |s| {
+            s.coordinated_shutdown
+                .phase_timeouts
+                .insert(ShutdownPhase::ClusterExiting, Duration::from_secs(4));
+        });
+        all_up(&nodes, 2).await;
+        let first = oldest(&nodes).await;
+        eventually("the oldest hosts the singleton", async || {
+            hosts(&nodes[first])
+        })
+        .await;
+        let other = 1 - first;
+        let proxy = singleton::proxy::<Tickets>(
+            &nodes[other].system,
+            &nodes[other].cluster,
+            "tickets",
+            singleton_settings(),
+        )
+        .unwrap();
+        assert_eq!(proxy.ask(NextTicket).await.unwrap(), 1);
+        // The instance is stuck from now on, with a message queued behind.
+        proxy.tell(Stuck).unwrap();
+        proxy.tell(Record(0)).unwrap();
+        let leaving_addr = nodes[first].cluster.self_address().clone();
+        let left = Instant::now();
+        nodes[other].cluster.leave(&leaving_addr);
+        eventually("a new host", async || {
+            hosts(&nodes[other]) && probe.started.load(Ordering::SeqCst) >= 2
+        })
+        .await;
+        assert_eq!(
+            probe.max_alive.load(Ordering::SeqCst),
+            1,
+            "two instances at once"
+        );
+        // Not before the drain's limit (2 s): the stuck instance was not
+        // stopped at once.
+        assert!(
+            left.elapsed() >= Duration::from_secs(2),
+            "{:?}",
+            left.elapsed()
+        );
+        // The proxy reaches the new instance.
+        let t = rt::timeout(DEADLINE, proxy.ask(NextTicket))
+            .await
+            .expect("proxy answers")
+            .unwrap();
+        assert_eq!(t, 1);
+        let leaving = nodes.remove(first);
+        for n in nodes {
+            n.system.shutdown().await;
+        }
+        leaving.system.shutdown().await;
     });
 }
