@@ -423,22 +423,12 @@ pub(crate) fn schedule(job: Job, place: Place) {
             Some(w) => {
                 match place {
                     Place::Next => job = here.next.replace(job.take()),
-                    Place::Again => {
-                        if let Some(mine) = job.take() {
-                            // Into the slot if it is free; else `job`
-                            // gets it back, for the back of the queue.
-                            job = match here.next.take() {
-                                None => {
-                                    here.next.set(Some(mine));
-                                    None
-                                }
-                                woken => {
-                                    here.next.set(woken);
-                                    Some(mine)
-                                }
-                            };
-                        }
-                    }
+                    // Into the slot if it is free; else the job stays in
+                    // `job`, for the back of the queue.
+                    Place::Again => match here.next.take() {
+                        None => here.next.set(job.take()),
+                        woken => here.next.set(woken),
+                    },
                     Place::Back => {}
                 }
                 At::Running(w)

@@ -189,6 +189,18 @@ fn hosts(node: &Node) -> bool {
         .is_some()
 }
 
+/// Waits until every node is Up and the oldest hosts the singleton;
+/// returns the oldest's index.
+async fn up_and_hosting(nodes: &[Node]) -> usize {
+    all_up(nodes, nodes.len()).await;
+    let first = oldest(nodes).await;
+    eventually("the oldest hosts the singleton", async || {
+        hosts(&nodes[first])
+    })
+    .await;
+    first
+}
+
 /// The index of the oldest member (where the singleton belongs).
 async fn oldest(nodes: &[Node]) -> usize {
     let s = nodes[0].cluster.state().await.unwrap();
@@ -205,12 +217,7 @@ fn the_oldest_hosts_it_and_a_leave_hands_it_over_without_overlap() {
     rt::block_on(async {
         let probe = Arc::new(Probe::default());
         let mut nodes = nodes(3, &probe);
-        all_up(&nodes, 3).await;
-        let first = oldest(&nodes).await;
-        eventually("the oldest hosts the singleton", async || {
-            hosts(&nodes[first])
-        })
-        .await;
+        let first = up_and_hosting(&nodes).await;
         assert_eq!(nodes.iter().filter(|n| hosts(n)).count(), 1);
 
         // A proxy on a younger node reaches it.
@@ -377,12 +384,7 @@ fn the_three_oldest_crash_together_and_a_single_instance_runs_again() {
     rt::block_on(async {
         let probe = Arc::new(Probe::default());
         let nodes = nodes(7, &probe);
-        all_up(&nodes, 7).await;
-        let first = oldest(&nodes).await;
-        eventually("the oldest hosts the singleton", async || {
-            hosts(&nodes[first])
-        })
-        .await;
+        up_and_hosting(&nodes).await;
         // The three oldest, together, lose contact with the other four.
         let state = nodes[0].cluster.state().await.unwrap();
         let mut by_age: Vec<_> = state.members.clone();
@@ -449,12 +451,7 @@ fn the_proxy_loses_nothing_across_a_hand_over() {
             ..Probe::default()
         });
         let mut nodes = nodes(3, &probe);
-        all_up(&nodes, 3).await;
-        let first = oldest(&nodes).await;
-        eventually("the oldest hosts the singleton", async || {
-            hosts(&nodes[first])
-        })
-        .await;
+        let first = up_and_hosting(&nodes).await;
         let younger = (first + 1) % 3;
         let proxy = singleton::proxy::<Tickets>(
             &nodes[younger].system,
@@ -560,12 +557,7 @@ fn a_hand_over_stops_an_instance_that_does_not_drain_in_time() {
                 .phase_timeouts
                 .insert(ShutdownPhase::ClusterExiting, Duration::from_secs(4));
         });
-        all_up(&nodes, 2).await;
-        let first = oldest(&nodes).await;
-        eventually("the oldest hosts the singleton", async || {
-            hosts(&nodes[first])
-        })
-        .await;
+        let first = up_and_hosting(&nodes).await;
         let other = 1 - first;
         let proxy = singleton::proxy::<Tickets>(
             &nodes[other].system,

@@ -40,7 +40,8 @@ use troupe_cluster::singleton::SingletonProxy;
 use troupe_cluster::{Cluster, ClusterEvent, CurrentClusterState};
 use troupe_core::prelude::*;
 use troupe_core::{
-    rt, AskError, DeferActivations, DeliverError, InboundMessage, Props, Replier, TellError,
+    rt, AskError, DeferActivations, DeliverError, InboundMessage, LogLimit, Props, Replier,
+    TellError,
 };
 
 /// The region actor's name under `/system`.
@@ -183,9 +184,8 @@ pub(crate) struct RegionShared<E: Entity> {
     /// Times a message, hand-off acknowledgement or flush marker found the
     /// queue to its node full and waited in the region.
     pub(crate) queue_full_waits: AtomicU64,
-    /// Rate limit of the buffer-full log line (seconds since `start`).
-    last_drop_log: AtomicU64,
-    start: Instant,
+    /// Rate limit of the buffer-full log line.
+    drop_log: LogLimit,
 }
 
 /// Why the region refused a message.
@@ -214,8 +214,7 @@ impl<E: Entity> RegionShared<E> {
             via_region: AtomicU64::new(0),
             via_shard: AtomicU64::new(0),
             queue_full_waits: AtomicU64::new(0),
-            last_drop_log: AtomicU64::new(u64::MAX),
-            start: Instant::now(),
+            drop_log: LogLimit::per_second(),
         }
     }
 
@@ -428,14 +427,7 @@ impl<E: Entity> RegionShared<E> {
     /// Counts a refused message and logs it (at most once a second).
     pub(crate) fn note_overflow(&self) {
         let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = self.start.elapsed().as_secs();
-        let last = self.last_drop_log.load(Ordering::Relaxed);
-        if (last == u64::MAX || now > last)
-            && self
-                .last_drop_log
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.drop_log.allow() {
             tracing::warn!(
                 "sharding: the region of `{}` has {} messages buffered (buffer-size {}); \
                  {n} messages refused so far",
@@ -507,8 +499,8 @@ pub struct Region<E: Entity> {
     /// of local senders wait in the buffer behind them until
     /// `ShardFlushed` (with the old home, and since when).
     awaiting_flush: HashMap<ShardId, (RegionId, Instant)>,
-    /// When the last "queue to a node is full" line was logged.
-    last_queue_full_log: Option<Instant>,
+    /// Rate limit of the "queue to a node is full" line.
+    queue_full_log: LogLimit,
     /// Shards whose messages wait in the buffer for room in the queue to
     /// their home's node (see `ResendHeld`).
     held: HashSet<ShardId>,
@@ -621,7 +613,7 @@ impl<E: Entity> Region<E> {
             shards: HashMap::new(),
             handing_off: HashSet::new(),
             awaiting_flush: HashMap::new(),
-            last_queue_full_log: None,
+            queue_full_log: LogLimit::per_second(),
             held: HashSet::new(),
             resend_pending: false,
             congested: HashSet::new(),
@@ -914,12 +906,7 @@ impl<E: Entity> Region<E> {
         let shard = &route.shard;
         self.note_queue_full(&home);
         self.held.insert(shard.clone());
-        let now = Instant::now();
-        if self
-            .last_queue_full_log
-            .is_none_or(|at| now.duration_since(at).as_secs() >= 1)
-        {
-            self.last_queue_full_log = Some(now);
+        if self.queue_full_log.allow() {
             tracing::warn!(
                 "sharding: the queue to the node hosting shard {shard} of `{}` is full; its \
                  messages wait in this region's buffer and are sent again in order",

@@ -2,6 +2,7 @@
 //! associations with peers, quarantine, remote asks and remote watch.
 
 use crate::actor_ref::AnyActorRef;
+use crate::log_limit::LogLimit;
 use crate::remote::address::Address;
 use crate::remote::asks::PendingAsks;
 use crate::remote::association::Association;
@@ -78,9 +79,7 @@ pub(crate) struct RemotingShared {
     bad_input_total: AtomicU64,
     /// User messages refused because the queue to their node was full.
     refused_total: AtomicU64,
-    /// When a refusal was last logged (milliseconds since `started`).
-    refused_logged_ms: AtomicU64,
-    started: Instant,
+    refused_log: LogLimit,
     /// The accept loop, awaited at shutdown so that the port is free when
     /// shutdown returns.
     acceptor: Mutex<Option<rt::JoinHandle<()>>>,
@@ -138,8 +137,7 @@ impl RemotingShared {
             bad_input: Mutex::new((Instant::now(), 0, 0)),
             bad_input_total: AtomicU64::new(0),
             refused_total: AtomicU64::new(0),
-            refused_logged_ms: AtomicU64::new(u64::MAX),
-            started: Instant::now(),
+            refused_log: LogLimit::per_second(),
             acceptor: Mutex::new(None),
             settings,
         });
@@ -403,14 +401,7 @@ impl RemotingShared {
     /// once a second: callers that ignore the refusal leave this trace.
     pub(crate) fn note_refused(&self, peer: &Address) {
         let n = self.refused_total.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = self.started.elapsed().as_millis() as u64;
-        let last = self.refused_logged_ms.load(Ordering::Relaxed);
-        if (last == u64::MAX || now >= last + 1000)
-            && self
-                .refused_logged_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.refused_log.allow() {
             tracing::debug!(
                 "the queue of messages to {peer} is full: a message was refused ({n} so far on \
                  this node; see Remoting::refused_count)"

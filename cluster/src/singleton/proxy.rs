@@ -8,9 +8,8 @@ use crate::singleton::manager::{manager_name, SingletonManager, ASK_TIMEOUT};
 use crate::singleton::protocol::{Moving, WhereIsSingleton};
 use crate::singleton::settings::ClusterSingletonSettings;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
 use troupe_core::prelude::*;
-use troupe_core::{rt, AskError, TellError};
+use troupe_core::{rt, AskError, LogLimit, TellError};
 
 /// A message on its way to the singleton: what to do with the instance.
 type Delivery<A> = Box<dyn FnOnce(&ActorRef<A>) + Send>;
@@ -43,7 +42,7 @@ impl<A: Actor> SingletonProxy<A> {
             buffer: VecDeque::new(),
             dropped: 0,
             moves: 0,
-            last_drop_log: None,
+            drop_log: LogLimit::per_second(),
             looking: false,
         });
         Ok(SingletonProxy { actor })
@@ -124,8 +123,7 @@ pub(crate) struct ProxyActor<A: Actor> {
     /// `Moving` warnings handled so far: an answer to an identify sent
     /// before the last one may name the instance that is moving away.
     moves: u64,
-    /// When a dropped message was last logged.
-    last_drop_log: Option<Instant>,
+    drop_log: LogLimit,
     looking: bool,
 }
 
@@ -190,13 +188,7 @@ impl<A: Actor> ProxyActor<A> {
                 if self.buffer.len() >= self.settings.buffer_size.max(1) {
                     self.buffer.pop_front();
                     self.dropped += 1;
-                    // At most one line a second, however fast they drop.
-                    let now = Instant::now();
-                    if self
-                        .last_drop_log
-                        .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
-                    {
-                        self.last_drop_log = Some(now);
+                    if self.drop_log.allow() {
                         tracing::warn!(
                             "singleton not available and the proxy's buffer ({}) is full: dropped the oldest message ({} so far)",
                             self.settings.buffer_size,
