@@ -310,6 +310,48 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
+    /// Queues a message that is still encoded for this local actor, which
+    /// decodes it when it handles it (see `remote::undecoded`). A stopped
+    /// actor's message is a dead letter; an asker is told why.
+    pub(crate) fn send_undecoded<M>(
+        &self,
+        payload: crate::remote::undecoded::Payload,
+        reply: Option<crate::remote::reply::ReplySink>,
+        sender: Option<AnyActorRef>,
+    ) -> Result<(), crate::remote::registry::DispatchError>
+    where
+        M: Message + serde::de::DeserializeOwned,
+        M::Reply: serde::Serialize,
+        A: Handler<M>,
+    {
+        use crate::remote::registry::DispatchError;
+        use crate::remote::undecoded::Undecoded;
+        let Target::Local(cell) = &self.target else {
+            unreachable!("only local actors are sent undecoded messages");
+        };
+        if let Some(b) = &cell.bounded {
+            if !b.try_reserve() {
+                // (A reply channel dropped here tells the asker.)
+                drop(Undecoded::<M>::new(payload, reply, sender));
+                return Err(DispatchError::MailboxFull);
+            }
+        }
+        let wants_reply = reply.is_some();
+        let node = Node::new(Undecoded::<M>::new(payload, reply, sender));
+        match cell.enqueue_letter(node, wants_reply) {
+            Ok(()) => Ok(()),
+            Err(node) => {
+                if let Some(b) = &cell.bounded {
+                    b.release();
+                }
+                cell.dead_letter(M::manifest());
+                // Its reply channel tells the asker, as `dispatch_typed`'s.
+                drop(node);
+                Err(DispatchError::Stopped)
+            }
+        }
+    }
+
     /// Sends `msg`, waiting for room if the bounded mailbox is full
     /// (back-pressure). For an unbounded mailbox it is `tell`.
     pub async fn send<M>(&self, msg: M) -> Result<(), TellError<M>>
@@ -519,7 +561,12 @@ impl<A: Actor> ActorRef<A> {
     /// True once the actor has fully stopped (always false for a remote
     /// actor: watch it to learn that it stopped).
     pub fn is_terminated(&self) -> bool {
-        self.to_any().is_terminated()
+        // Not through `to_any`: a clone would write the cell's reference
+        // count, which shares its cache line with the busy mailbox state.
+        match &self.target {
+            Target::Local(c) => c.core.is_terminated(),
+            Target::Remote(_) => false,
+        }
     }
 
     /// Waits until the actor has fully stopped (a local actor only; for a

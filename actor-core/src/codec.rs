@@ -21,7 +21,7 @@
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::message::Message;
-use crate::remote::registry::{Codec, DispatchError, Inbound, ReceiveFn, TypedDispatchFn};
+use crate::remote::registry::{Codec, DispatchError, Inbound, ReceiveFn, TypedDispatch};
 use crate::remote::remote_ref::SendError;
 use crate::remote::reply::ReplySink;
 use crate::remote::serde_context;
@@ -159,7 +159,7 @@ pub struct EncodedDelivery<A: Actor> {
 
 /// Decoded and queued, or given to a receiver.
 enum How<A: Actor> {
-    Decode(TypedDispatchFn<A>),
+    Decode(TypedDispatch<A>),
     Receive(ReceiveFn),
 }
 
@@ -195,11 +195,7 @@ impl<A: Actor> EncodedDelivery<A> {
         serde_context::with_system(self.system.shared(), || match &self.how {
             How::Decode(dispatch) => {
                 let sink = reply.map(|r| ReplySink::Encoded(Box::new(r)));
-                dispatch(to, bytes, sink, sender).map_err(|e| match e {
-                    DispatchError::Undecodable(why) => DeliverError::Undecodable(why),
-                    DispatchError::Stopped => DeliverError::Stopped,
-                    DispatchError::MailboxFull => DeliverError::MailboxFull,
-                })
+                (dispatch.decode)(to, bytes, sink, sender).map_err(delivery_error)
             }
             How::Receive(receive) => receive(InboundMessage {
                 to: &to.to_any(),
@@ -208,6 +204,45 @@ impl<A: Actor> EncodedDelivery<A> {
                 sender,
             }),
         })
+    }
+
+    /// As [`deliver`](Self::deliver), but the message is queued still
+    /// encoded and the actor decodes it when it comes to handle it. The
+    /// decoding then runs on the worker that runs the actor, not on the
+    /// caller's thread: for code that delivers many messages from one
+    /// thread to many actors (a connection's reader, say), the work is
+    /// spread over the workers, and each message's memory is allocated and
+    /// freed on one thread. The bytes of a small message travel inside the
+    /// letter.
+    ///
+    /// So this never returns [`DeliverError::Undecodable`]: a message that
+    /// does not decode is logged as an error by the actor and dropped, and
+    /// an asker is failed with [`AskError::Remote`](crate::AskError::Remote).
+    /// A remote `to` gets the message as `deliver` sends it; a receiver
+    /// registered for `A` gets it as from `deliver`.
+    pub fn queue_undecoded(
+        &self,
+        to: &ActorRef<A>,
+        bytes: &[u8],
+        reply: Option<Replier<EncodedReply>>,
+        sender: Option<AnyActorRef>,
+    ) -> Result<(), DeliverError> {
+        match &self.how {
+            How::Decode(dispatch) if !to.is_remote() => {
+                let sink = reply.map(|r| ReplySink::Encoded(Box::new(r)));
+                (dispatch.queue_undecoded)(to, bytes, sink, sender).map_err(delivery_error)
+            }
+            How::Decode(_) | How::Receive(_) => self.deliver(to, bytes, reply, sender),
+        }
+    }
+}
+
+/// The caller's view of why a message was not queued.
+fn delivery_error(e: DispatchError) -> DeliverError {
+    match e {
+        DispatchError::Undecodable(why) => DeliverError::Undecodable(why),
+        DispatchError::Stopped => DeliverError::Stopped,
+        DispatchError::MailboxFull => DeliverError::MailboxFull,
     }
 }
 
@@ -350,7 +385,7 @@ impl ActorSystem {
             .dispatcher(manifest, TypeId::of::<A>())
             .map_err(|_| DeliverError::UnknownManifest(manifest.to_string()))?;
         let how = match inbound {
-            Inbound::Decode(_, typed) => match typed.downcast_ref::<TypedDispatchFn<A>>() {
+            Inbound::Decode(_, typed) => match typed.downcast_ref::<TypedDispatch<A>>() {
                 Some(d) => How::Decode(*d),
                 None => unreachable!("the typed dispatch is registered under its actor type"),
             },

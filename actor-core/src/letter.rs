@@ -130,7 +130,7 @@ pub(crate) struct Envelope<M: Message> {
 
 /// Runs `A`'s handler for `msg` (with its sender, if any); the handler
 /// replies (see [`Handler::handle_with_reply`]).
-async fn handle<A, M>(
+pub(crate) async fn handle<A, M>(
     actor: &mut A,
     ctx: &mut Context<A>,
     msg: M,

@@ -49,6 +49,11 @@ struct EchoSender(u64);
 #[derive(Message, Serialize, Deserialize, Debug)]
 struct Blob(#[serde(with = "serde_bytes")] Vec<u8>);
 
+/// Answers the length of its bytes and their sum.
+#[derive(Message, Serialize, Deserialize, Debug)]
+#[message(reply = (usize, u64))]
+struct Digest(#[serde(with = "serde_bytes")] Vec<u8>);
+
 #[derive(Default)]
 struct Counter {
     total: u64,
@@ -85,6 +90,9 @@ impl Counter {
         to.tell(Pong(msg.0)).unwrap();
     }
     async fn blob(&mut self, _msg: Blob, _ctx: &mut Context<Self>) {}
+    async fn digest(&mut self, msg: Digest, _ctx: &mut Context<Self>) -> (usize, u64) {
+        (msg.0.len(), msg.0.iter().map(|&b| u64::from(b)).sum())
+    }
 }
 
 struct Collector(async_channel::Sender<u64>);
@@ -98,6 +106,38 @@ impl Collector {
 }
 
 /// Watches what it is told to watch and reports `Terminated`.
+/// Holds its first message until told to go on; stops itself on
+/// `StopSelf`.
+struct Gate {
+    gate_open: async_channel::Receiver<()>,
+    gate_held: async_channel::Sender<()>,
+}
+impl Actor for Gate {}
+
+#[derive(Message, Serialize, Deserialize, Debug)]
+struct Hold;
+
+#[derive(Message, Serialize, Deserialize, Debug)]
+struct StopSelf;
+
+#[handlers]
+impl Gate {
+    async fn hold(&mut self, _m: Hold, _ctx: &mut Context<Self>) {
+        let _ = self.gate_held.send(()).await;
+        let _ = self.gate_open.recv().await;
+    }
+    async fn stop_self(&mut self, _m: StopSelf, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+    async fn add(&mut self, m: Add, _ctx: &mut Context<Self>) -> u64 {
+        m.0
+    }
+}
+
+async fn next_unit(rx: &async_channel::Receiver<()>) {
+    within("a signal", rx.recv()).await.unwrap();
+}
+
 struct Watcher(async_channel::Sender<(String, StopReason)>);
 impl Actor for Watcher {}
 
@@ -141,6 +181,14 @@ fn node_with(name: &str, remote: RemoteSettings) -> ActorSystem {
         .register::<Counter, Panic>()
         .unwrap()
         .register::<Counter, Blob>()
+        .unwrap()
+        .register::<Counter, Digest>()
+        .unwrap()
+        .register::<Gate, Hold>()
+        .unwrap()
+        .register::<Gate, StopSelf>()
+        .unwrap()
+        .register::<Gate, Add>()
         .unwrap()
         .register::<Counter, EchoSender>()
         .unwrap()
@@ -790,6 +838,80 @@ fn encoded_messages_are_delivered_by_manifest_and_bad_bytes_are_refused() {
             Err(troupe_core::CodecError::NotRegistered(_))
         ));
         system.shutdown().await;
+    });
+}
+
+#[test]
+fn messages_from_another_node_are_decoded_by_their_actor_in_order() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+
+        // Small messages travel inside their letter, large ones beside it;
+        // both decode, in the order they were sent.
+        for len in [0, 1, 100, 140, 200, 5_000] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let sum = bytes.iter().map(|&b| u64::from(b)).sum();
+            counter.tell(Record(len as u64)).unwrap();
+            let digest = within("digest", counter.ask(Digest(bytes))).await.unwrap();
+            assert_eq!(digest, (len, sum));
+        }
+        let seen = within("recorded", counter.ask(Recorded)).await.unwrap();
+        assert_eq!(seen, vec![0, 1, 100, 140, 200, 5_000]);
+
+        // Bytes that do not decode: the asker is told why, promptly, and
+        // the actor carries on.
+        let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
+        a.send_encoded(
+            &counter,
+            Add::manifest(),
+            |buf| {
+                buf.extend_from_slice(b"\xc1garbage");
+                Ok(())
+            },
+            Some(replier),
+        )
+        .unwrap();
+        let e = within("undecodable ask", reply).await.unwrap_err();
+        assert!(
+            matches!(&e, AskError::Remote(why) if why.contains("did not decode")),
+            "{e:?}"
+        );
+        assert_eq!(within("ask", counter.ask(Add(1))).await.unwrap(), 1);
+
+        // A message queued for an actor that stops before handling it
+        // tells its asker so, rather than leaving it to time out.
+        let (open, gate_open) = async_channel::bounded(1);
+        let (gate_held, held) = async_channel::bounded(1);
+        b.spawn_named(
+            "gate",
+            Gate {
+                gate_open,
+                gate_held,
+            },
+        )
+        .unwrap();
+        let gate: ActorRef<Gate> = a.resolve(&path_of(&b, "gate")).unwrap();
+        gate.tell(Hold).unwrap();
+        next_unit(&held).await;
+        gate.tell(StopSelf).unwrap();
+        let pending = gate.ask(Add(1));
+        // The reader has queued both once a later ask on the same link is
+        // answered.
+        assert_eq!(within("ask behind", counter.ask(Add(0))).await.unwrap(), 1);
+        open.send(()).await.unwrap();
+        let e = within("ask of a stopping actor", pending)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, AskError::Remote(why) if why.contains("stopped before replying")),
+            "{e:?}"
+        );
+        a.shutdown().await;
+        b.shutdown().await;
     });
 }
 

@@ -23,6 +23,8 @@
 //!
 //! Sections can be chosen (`-- tell ask alloc`; all by default), and
 //! `plain` or `sharded` limits tell and ask to one side (to profile one).
+//! `TELL_N=4000000` in the environment sends that many messages in each
+//! tell run instead of 1,000,000 (a longer run to profile).
 
 #![allow(clippy::print_stdout)]
 
@@ -37,6 +39,14 @@ use troupe_core::rt;
 use troupe_sharding::{ClusterSharding, EntityId, EntityRef, ShardingSettings};
 
 const TELL_N: u64 = 1_000_000;
+
+/// Messages per tell run: `TELL_N` from the environment, or `TELL_N`.
+fn tell_n() -> u64 {
+    std::env::var("TELL_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(TELL_N)
+}
 const ASK_N: usize = 20_000;
 const WARMUP: usize = 1_000;
 const NEW_SHARDS: usize = 300;
@@ -162,7 +172,7 @@ fn p(sorted: &[Duration], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e6
 }
 
-/// Sends `TELL_N` 100-byte bodies with `tell` (retrying at once while the
+/// Sends `tell_n()` 100-byte bodies with `tell` (retrying at once while the
 /// queue to the node is full) and returns messages per second, counted by
 /// the ask that `received` sends behind them.
 async fn tell_rate<F>(tell: impl Fn(Body) -> bool, received: impl FnOnce() -> F) -> f64
@@ -171,7 +181,7 @@ where
 {
     let body = vec![7u8; 100];
     let t0 = Instant::now();
-    for _ in 0..TELL_N {
+    for _ in 0..tell_n() {
         while !tell(Body(body.clone())) {
             rt::yield_now().await;
         }
@@ -187,7 +197,7 @@ where
 {
     let body = vec![7u8; 100];
     let t0 = Instant::now();
-    for _ in 0..TELL_N {
+    for _ in 0..tell_n() {
         send(Body(body.clone())).await;
     }
     let n = received().await.unwrap();
@@ -276,11 +286,8 @@ fn main() {
             let (mut plain_send, mut sharded_send) = (f64::NAN, f64::NAN);
             let (mut plain_tell, mut sharded_tell) = (f64::NAN, f64::NAN);
             if plain_side {
-                plain_send = send_rate(
-                    async |b| plain.send(b).await.expect("send"),
-                    plain_received,
-                )
-                .await;
+                plain_send =
+                    send_rate(async |b| plain.send(b).await.expect("send"), plain_received).await;
             }
             if sharded_side {
                 sharded_send = send_rate(

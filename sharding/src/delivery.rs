@@ -385,7 +385,10 @@ pub(crate) fn deliver_bytes<E: Entity>(
         return Ok(());
     }
     let delivered = match deliveries.and_then(|d| d.get(manifest)) {
-        Some(d) => d.deliver(to, payload, reply, None),
+        // Decoded by the entity: see `EncodedDelivery::queue_undecoded`
+        // (this runs on the connection's reader, for every message from
+        // that node).
+        Some(d) => d.queue_undecoded(to, payload, reply, None),
         // Registered for the entity by other code, or not at all.
         None => system.deliver_encoded(to, manifest, payload, reply, None),
     };

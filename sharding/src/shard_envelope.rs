@@ -42,12 +42,19 @@ pub(crate) fn write(
 
 /// Reads an envelope from untrusted bytes: an error, never a panic.
 pub(crate) fn read(bytes: &[u8]) -> Result<ShardEnvelopeRef<'_>, String> {
-    let mut rest = bytes;
-    let len =
-        rmp::decode::read_array_len(&mut rest).map_err(|e| format!("a shard envelope: {e}"))?;
-    if len != 4 {
-        return Err(format!("a shard envelope of {len} fields (4 expected)"));
-    }
+    let rest = match bytes.split_first() {
+        // A fixarray of 4, as `write` writes it.
+        Some((0x94, rest)) => rest,
+        _ => {
+            let mut rest = bytes;
+            let len = rmp::decode::read_array_len(&mut rest)
+                .map_err(|e| format!("a shard envelope: {e}"))?;
+            if len != 4 {
+                return Err(format!("a shard envelope of {len} fields (4 expected)"));
+            }
+            rest
+        }
+    };
     let (entity, rest) = read_str(rest, "entity id")?;
     let (shard, rest) = read_str(rest, "shard id")?;
     let (manifest, rest) = read_str(rest, "manifest")?;
@@ -63,6 +70,18 @@ pub(crate) fn read(bytes: &[u8]) -> Result<ShardEnvelopeRef<'_>, String> {
 }
 
 fn read_str<'a>(bytes: &'a [u8], what: &str) -> Result<(&'a str, &'a [u8]), String> {
+    // Ids and manifests are almost always under 32 bytes (a MessagePack
+    // fixstr): read here, on every message, without rmp's general path.
+    if let Some((&marker, rest)) = bytes.split_first() {
+        let len = usize::from(marker & 0x1f);
+        if marker & 0xe0 == 0xa0 && rest.len() >= len {
+            let (s, rest) = rest.split_at(len);
+            return match std::str::from_utf8(s) {
+                Ok(s) => Ok((s, rest)),
+                Err(e) => Err(format!("the {what} of a shard envelope: {e}")),
+            };
+        }
+    }
     rmp::decode::read_str_from_slice(bytes)
         .map_err(|e| format!("the {what} of a shard envelope: {e}"))
 }
@@ -90,6 +109,25 @@ mod tests {
                 payload: &[0x91, 0x05],
             }
         );
+    }
+
+    #[test]
+    fn long_ids_read_back() {
+        let entity = "e".repeat(40);
+        let shard = "s".repeat(300);
+        let mut buf = Vec::new();
+        write(&mut buf, &entity, &shard, "m", |b| {
+            b.push(0xc0);
+            Ok(())
+        })
+        .unwrap();
+        let env = read(&buf).unwrap();
+        assert_eq!(
+            (env.entity, env.shard, env.payload),
+            (&*entity, &*shard, &[0xc0][..])
+        );
+        // A fixstr longer than what is left.
+        assert!(read(&[0x94, 0xa5, b'a']).is_err());
     }
 
     #[test]

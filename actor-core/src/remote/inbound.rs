@@ -95,23 +95,32 @@ impl InboundHandler {
         }
     }
 
-    fn recipient(&mut self, path: &str, uid: u64) -> Option<AnyActorRef> {
-        if let Some(r) = self.recipients.get(path) {
+    /// Runs `f` with the local actor at `path` (of incarnation `uid`, if
+    /// not 0), if there is one. Lent from the cache, not cloned: a clone
+    /// would write the cell's reference count, which shares its cache line
+    /// with the busy mailbox state of the actor.
+    fn with_recipient<R>(
+        cache: &mut Cache<AnyActorRef>,
+        remoting: &RemotingShared,
+        path: &str,
+        uid: u64,
+        f: impl FnOnce(&AnyActorRef) -> R,
+    ) -> Option<R> {
+        if let Some(r) = cache.get(path) {
             if !r.is_terminated() && (uid == 0 || r.uid() == uid) {
-                return Some(r.clone());
+                return Some(f(r));
             }
-            self.recipients.remove(path);
+            cache.remove(path);
         }
-        let system = ActorSystem::from_shared(self.remoting.system.clone());
+        let system = ActorSystem::from_shared(remoting.system.clone());
         let r = system.lookup_any(path)?;
         if uid != 0 && r.uid() != uid {
             return None;
         }
-        if self.recipients.len() >= RECIPIENT_CACHE {
-            self.recipients.clear();
+        if cache.len() >= RECIPIENT_CACHE {
+            cache.clear();
         }
-        self.recipients.insert(path.to_string(), r.clone());
-        Some(r)
+        Some(f(cache.entry(path.to_string()).or_insert(r)))
     }
 
     /// Runs `f` with how a message of `manifest` reaches an actor of type
@@ -141,7 +150,20 @@ impl InboundHandler {
             assoc: self.assoc.clone(),
             ask: m.ask,
         });
-        let Some(target) = self.recipient(m.to, m.to_uid) else {
+        let (remoting, assoc, dispatchers) = (&self.remoting, &self.assoc, &mut self.dispatchers);
+        let handled =
+            Self::with_recipient(&mut self.recipients, remoting, m.to, m.to_uid, |target| {
+                match target.local().map(|c| c.actor_type()) {
+                    Some(t) => {
+                        Self::with_dispatcher(dispatchers, remoting, m.manifest, t, |dispatch| {
+                            let sender = Self::sender(remoting, assoc, &m);
+                            Self::dispatch(remoting, dispatch, target, &m, reply.take(), sender)
+                        })
+                    }
+                    None => Err("the recipient is not local"),
+                }
+            });
+        let Some(handled) = handled else {
             let manifest = self.remoting.static_manifest(m.manifest);
             let addr = &self.remoting.address;
             self.remoting
@@ -155,16 +177,6 @@ impl InboundHandler {
                 )));
             }
             return;
-        };
-        let (remoting, assoc) = (&self.remoting, &self.assoc);
-        let handled = match target.local().map(|c| c.actor_type()) {
-            Some(t) => {
-                Self::with_dispatcher(&mut self.dispatchers, remoting, m.manifest, t, |dispatch| {
-                    let sender = Self::sender(remoting, assoc, &m);
-                    Self::dispatch(remoting, dispatch, &target, &m, reply.take(), sender)
-                })
-            }
-            None => Err("the recipient is not local"),
         };
         let result = match handled {
             Ok(r) => r,

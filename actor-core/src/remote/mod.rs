@@ -31,6 +31,7 @@ mod remoting;
 pub(crate) mod reply;
 pub(crate) mod serde_context;
 mod settings;
+pub(crate) mod undecoded;
 pub(crate) mod wire;
 
 pub(crate) use address::RemotePath;

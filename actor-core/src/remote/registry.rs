@@ -129,7 +129,7 @@ fn decode_reply<R: DeserializeOwned + Send + 'static>(
     crate::remote::serde_context::decode::<R>(bytes).map(|r| Box::new(r) as Box<dyn Any + Send>)
 }
 
-fn encode_reply<R: Serialize>(r: &R, buf: &mut Vec<u8>) -> Result<(), String> {
+pub(crate) fn encode_reply<R: Serialize>(r: &R, buf: &mut Vec<u8>) -> Result<(), String> {
     rmp_serde::encode::write(buf, r).map_err(|e| e.to_string())
 }
 
@@ -150,7 +150,8 @@ where
             std::any::type_name::<A>()
         )));
     };
-    dispatch_typed::<A, M>(&actor, payload, reply, sender)
+    // The connection's reader queues the bytes; the actor decodes them.
+    queue_undecoded::<A, M>(&actor, payload, reply, sender)
 }
 
 fn dispatch_typed<A, M>(
@@ -199,9 +200,51 @@ where
         M: Message + Serialize + DeserializeOwned,
         M::Reply: Serialize + DeserializeOwned,
     {
-        const FN: TypedDispatchFn<A> = dispatch_typed::<A, M>;
+        const FN: TypedDispatch<A> = TypedDispatch {
+            decode: dispatch_typed::<A, M>,
+            queue_undecoded: queue_undecoded::<A, M>,
+        };
     }
     &Typed::<A, M>::FN
+}
+
+/// How a message of one type reaches an actor of type `A` (stored in the
+/// registry erased, taken out by `EncodedDelivery<A>`).
+pub(crate) struct TypedDispatch<A: Actor> {
+    /// Decoded here, then queued.
+    pub(crate) decode: TypedDispatchFn<A>,
+    /// Queued with its bytes; the actor decodes it (see `undecoded`).
+    pub(crate) queue_undecoded: TypedDispatchFn<A>,
+}
+
+impl<A: Actor> Clone for TypedDispatch<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A: Actor> Copy for TypedDispatch<A> {}
+
+/// Queues a message for `actor` still encoded: the actor decodes it when
+/// it handles it. A remote `actor` gets it decoded and sent on.
+fn queue_undecoded<A, M>(
+    actor: &crate::actor_ref::ActorRef<A>,
+    payload: &[u8],
+    reply: Option<ReplySink>,
+    sender: Option<AnyActorRef>,
+) -> Result<(), DispatchError>
+where
+    A: Handler<M>,
+    M: Message + Serialize + DeserializeOwned,
+    M::Reply: Serialize + DeserializeOwned,
+{
+    if actor.is_remote() {
+        return dispatch_typed::<A, M>(actor, payload, reply, sender);
+    }
+    actor.send_undecoded::<M>(
+        crate::remote::undecoded::Payload::copy_of(payload),
+        reply,
+        sender,
+    )
 }
 
 impl Registry {

@@ -80,6 +80,13 @@ impl<R> RemoteReply<R> {
 }
 
 impl<R> RemoteReply<R> {
+    /// Tells the remote asker why there is no reply, in these words.
+    pub(crate) fn refuse(mut self, why: String) {
+        if let Some(sink) = self.sink.take() {
+            sink.send(ReplyBody::Err(why));
+        }
+    }
+
     /// Tells the remote asker why there is no reply.
     pub(crate) fn fail(mut self, error: &AskError) {
         if let Some(sink) = self.sink.take() {
