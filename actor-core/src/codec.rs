@@ -207,19 +207,23 @@ impl<A: Actor> EncodedDelivery<A> {
     }
 
     /// As [`deliver`](Self::deliver), but the message is queued still
-    /// encoded and the actor decodes it when it comes to handle it. The
-    /// decoding then runs on the worker that runs the actor, not on the
-    /// caller's thread: for code that delivers many messages from one
-    /// thread to many actors (a connection's reader, say), the work is
-    /// spread over the workers, and each message's memory is allocated and
-    /// freed on one thread. The bytes of a small message travel inside the
-    /// letter.
+    /// encoded and the actor decodes it when it comes to handle it, on
+    /// the thread that runs it (a worker, or for an ask to an idle actor
+    /// possibly the caller's thread, as asks run inline): for code that
+    /// delivers many messages from one thread to many actors (a
+    /// connection's reader, say), the work is spread over the workers, and
+    /// each message's memory is allocated and freed on one thread. The
+    /// bytes of a message of up to 152 bytes travel inside the letter;
+    /// larger ones are copied into an allocation of their own.
     ///
-    /// So this never returns [`DeliverError::Undecodable`]: a message that
-    /// does not decode is logged as an error by the actor and dropped, and
-    /// an asker is failed with [`AskError::Remote`](crate::AskError::Remote).
-    /// A remote `to` gets the message as `deliver` sends it; a receiver
-    /// registered for `A` gets it as from `deliver`.
+    /// For a local actor that takes the bytes this way, a message that
+    /// does not decode is not an error here: the actor drops it with a
+    /// rate-limited log line (counted in
+    /// [`Remoting::bad_input_count`](crate::remote::Remoting::bad_input_count)
+    /// when the system has remoting), and an asker is failed with
+    /// [`AskError::Remote`](crate::AskError::Remote). A remote `to`, or a
+    /// receiver registered for `A`, gets the message as from `deliver`,
+    /// with `deliver`'s errors.
     pub fn queue_undecoded(
         &self,
         to: &ActorRef<A>,

@@ -49,6 +49,18 @@ struct EchoSender(u64);
 #[derive(Message, Serialize, Deserialize, Debug)]
 struct Blob(#[serde(with = "serde_bytes")] Vec<u8>);
 
+/// Decodes into its number, except 13, whose decoding panics (a
+/// `Deserialize` implementation with a bug).
+#[derive(Message, Serialize, Deserialize, Debug)]
+#[message(reply = u64)]
+struct Fragile(#[serde(deserialize_with = "panics_on_13")] u64);
+
+fn panics_on_13<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = <u64 as Deserialize>::deserialize(d)?;
+    assert_ne!(n, 13, "a Deserialize implementation with a bug");
+    Ok(n)
+}
+
 /// Answers the length of its bytes and their sum.
 #[derive(Message, Serialize, Deserialize, Debug)]
 #[message(reply = (usize, u64))]
@@ -90,6 +102,9 @@ impl Counter {
         to.tell(Pong(msg.0)).unwrap();
     }
     async fn blob(&mut self, _msg: Blob, _ctx: &mut Context<Self>) {}
+    async fn fragile(&mut self, msg: Fragile, _ctx: &mut Context<Self>) -> u64 {
+        msg.0
+    }
     async fn digest(&mut self, msg: Digest, _ctx: &mut Context<Self>) -> (usize, u64) {
         (msg.0.len(), msg.0.iter().map(|&b| u64::from(b)).sum())
     }
@@ -183,6 +198,8 @@ fn node_with(name: &str, remote: RemoteSettings) -> ActorSystem {
         .register::<Counter, Blob>()
         .unwrap()
         .register::<Counter, Digest>()
+        .unwrap()
+        .register::<Counter, Fragile>()
         .unwrap()
         .register::<Gate, Hold>()
         .unwrap()
@@ -862,8 +879,9 @@ fn messages_from_another_node_are_decoded_by_their_actor_in_order() {
         let seen = within("recorded", counter.ask(Recorded)).await.unwrap();
         assert_eq!(seen, vec![0, 1, 100, 140, 200, 5_000]);
 
-        // Bytes that do not decode: the asker is told why, promptly, and
-        // the actor carries on.
+        // Bytes that do not decode: the asker is told why, promptly, the
+        // receiving node counts bad input, and the actor carries on.
+        let bad_before = b.remoting().unwrap().bad_input_count();
         let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
         a.send_encoded(
             &counter,
@@ -880,7 +898,25 @@ fn messages_from_another_node_are_decoded_by_their_actor_in_order() {
             matches!(&e, AskError::Remote(why) if why.contains("did not decode")),
             "{e:?}"
         );
+        assert_eq!(b.remoting().unwrap().bad_input_count(), bad_before + 1);
         assert_eq!(within("ask", counter.ask(Add(1))).await.unwrap(), 1);
+
+        // A decoding that panics is a failure of the handler: the asker is
+        // told, and the actor's supervisor decides (a top-level actor
+        // spawned from a value stops; it is not left stuck).
+        let fragile = b.spawn_named("fragile", Counter::default()).unwrap();
+        let remote_fragile: ActorRef<Counter> = a.resolve(&path_of(&b, "fragile")).unwrap();
+        assert_eq!(
+            within("ask", remote_fragile.ask(Fragile(12)))
+                .await
+                .unwrap(),
+            12
+        );
+        let e = within("ask that panics", remote_fragile.ask(Fragile(13)))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, AskError::Remote(_)), "{e:?}");
+        within("the failed actor stops", fragile.wait_for_termination()).await;
 
         // A message queued for an actor that stops before handling it
         // tells its asker so, rather than leaving it to time out.

@@ -392,28 +392,23 @@ impl<E: Entity> RegionShared<E> {
                 return Err(DeliverError::Undecodable(why));
             }
         };
+        let route = self.route(env.shard);
         let mut reply = reply;
-        {
+        if route.quiet() && route.kind.load(Ordering::Acquire) == KIND_LOCAL {
             // The reader has a batch open already; `begin` only checks.
-            // (Declared first: released after the lock.)
+            // (The route is a clone, not used under the table's lock:
+            // decoding a message may look up routes, for an `EntityRef`
+            // inside it.)
             let _batch = DeferActivations::begin();
-            // Under the read lock rather than with a clone of the route's
-            // `Arc`: this runs for every message from another node.
-            let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(route) = routes.get(env.shard) {
-                if route.quiet() && route.kind.load(Ordering::Acquire) == KIND_LOCAL {
-                    let (system, deliveries) = (&self.system, Some(&self.deliveries));
-                    let sent = route.local.send(env.entity, reply, |actor, reply| {
-                        deliver_bytes(system, deliveries, actor, env.manifest, env.payload, reply)
-                    });
-                    match sent {
-                        Ok(()) => return Ok(()),
-                        Err(Missed::Closed(r) | Missed::Inactive(r)) => reply = r,
-                    }
-                }
+            let (system, deliveries) = (&self.system, Some(&self.deliveries));
+            let sent = route.local.send(env.entity, reply, |actor, reply| {
+                deliver_bytes(system, deliveries, actor, env.manifest, env.payload, reply)
+            });
+            match sent {
+                Ok(()) => return Ok(()),
+                Err(Missed::Closed(r) | Missed::Inactive(r)) => reply = r,
             }
         }
-        let route = self.route(env.shard);
         let delivery = Delivery::new(
             EntityId::from(env.entity),
             Box::new(Encoded {

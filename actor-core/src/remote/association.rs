@@ -104,13 +104,15 @@ impl Association {
         self.sys().peer_uid
     }
 
-    /// Encodes a user message for the peer.
+    /// Encodes a user message for the peer; with `refuse_when_full`, a
+    /// full queue refuses it before it is encoded.
     fn encode_user<M: Message>(
         &self,
         to: &RemotePath,
         from: &str,
         msg: &M,
         ask: u64,
+        refuse_when_full: bool,
     ) -> Result<(Stream, Vec<u8>), SendError> {
         let codec = self
             .remoting
@@ -118,12 +120,15 @@ impl Association {
             .registry
             .codec_of::<M>()
             .ok_or_else(|| SendError::NotSendable(not_registered::<M>()))?;
-        let frame = self.encode_frame(to, from, codec.manifest, ask, |b| (codec.encode)(msg, b))?;
         let stream = if codec.control {
             Stream::Control
         } else {
             Stream::Ordinary
         };
+        if refuse_when_full {
+            self.refuse_early(stream)?;
+        }
+        let frame = self.encode_frame(to, from, codec.manifest, ask, |b| (codec.encode)(msg, b))?;
         Ok((stream, frame))
     }
 
@@ -160,6 +165,7 @@ impl Association {
         ask: u64,
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
     ) -> Result<(), SendError> {
+        self.refuse_early(Stream::Ordinary)?;
         let frame = self.encode_frame(to, "", manifest, ask, write)?;
         // Not recorded as a dead letter: the caller still has the message
         // (and may keep it to send again).
@@ -178,7 +184,7 @@ impl Association {
         msg: &M,
         ask: u64,
     ) -> Result<(), SendError> {
-        let (stream, frame) = self.encode_user(to, from, msg, ask)?;
+        let (stream, frame) = self.encode_user(to, from, msg, ask, true)?;
         if self.enqueue(stream, frame) {
             return Ok(());
         }
@@ -191,6 +197,18 @@ impl Association {
     /// closed).
     pub(crate) async fn wait_for_room(&self) {
         self.ordinary.wait_room().await;
+    }
+
+    /// Refuses a send to a full queue before its frame is encoded: a
+    /// sender that retries at once while the queue is full (a `tell` in a
+    /// loop) then spends nothing on frames that are thrown away.
+    fn refuse_early(&self, stream: Stream) -> Result<(), SendError> {
+        let lane = self.lane(stream);
+        if lane.is_full() && !lane.is_closed() {
+            self.remoting.note_refused(&self.address);
+            return Err(SendError::Full);
+        }
+        Ok(())
     }
 
     /// Why `stream`'s queue refused a frame: closed (remoting shut down
@@ -211,7 +229,7 @@ impl Association {
         msg: &M,
         ask: u64,
     ) -> Result<(), SendError> {
-        let (stream, frame) = self.encode_user(to, "", msg, ask)?;
+        let (stream, frame) = self.encode_user(to, "", msg, ask, false)?;
         self.ensure_writer(stream);
         if self.lane(stream).send(frame).await {
             Ok(())

@@ -221,6 +221,12 @@ impl Lane {
         }
     }
 
+    /// True while the queue has no room: a frame pushed now would be
+    /// refused (a frame pushed a moment later may find room again).
+    pub(crate) fn is_full(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) >= self.capacity
+    }
+
     /// True once the queue is closed (remoting shut down).
     pub(crate) fn is_closed(&self) -> bool {
         self.tx.is_closed()

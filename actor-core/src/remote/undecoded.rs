@@ -24,7 +24,6 @@ use crate::replier::Replier;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 
 /// Payloads up to this size travel inside the letter; the letter then
@@ -114,34 +113,47 @@ where
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
     ) -> HandlerFuture<'a> {
-        let decoded = match ctx.myself().local_cell() {
-            Some(cell) => serde_context::with_system(&cell.core.system, || {
-                serde_context::decode::<M>(self.body.payload.as_slice())
-            }),
-            None => unreachable!("a context always belongs to a local actor"),
-        };
-        let Undecoded { reply, sender, .. } = self.into_body();
-        match decoded {
-            Ok(msg) => {
-                let reply = reply.map(Replier::remote);
-                HandlerFuture::new(letter::handle(actor, ctx, msg, reply, sender))
-            }
-            Err(why) => {
-                let n = UNDECODABLE.fetch_add(1, Ordering::Relaxed) + 1;
-                if UNDECODABLE_LOG.allow() {
-                    tracing::error!(
-                        "{}: a `{}` from another node did not decode: {why}; message dropped \
-                         ({n} so far in this process; at most one such line a second)",
-                        ctx.myself(),
-                        M::manifest()
+        let Undecoded {
+            payload,
+            reply,
+            sender,
+        } = self.into_body();
+        // Decoded inside the handler's future: a `Deserialize` that panics
+        // is then a failure of the handler, which supervision handles.
+        HandlerFuture::new(async move {
+            let Some(cell) = ctx.myself().local_cell() else {
+                unreachable!("a context always belongs to a local actor");
+            };
+            let system = &cell.core.system;
+            let decoded = serde_context::with_system(system, || {
+                serde_context::decode::<M>(payload.as_slice())
+            });
+            match decoded {
+                Ok(msg) => {
+                    let reply = reply.map(Replier::remote);
+                    letter::handle(actor, ctx, msg, reply, sender).await
+                }
+                Err(why) => {
+                    let what = format_args!(
+                        "dropped a `{}` from another node for {}: it did not decode: {why}",
+                        M::manifest(),
+                        ctx.myself()
                     );
+                    match system.remote.get() {
+                        // Counted in `Remoting::bad_input_count`, rate limited.
+                        Some(remoting) => remoting.log_bad_input(what),
+                        None => {
+                            if UNDECODABLE_LOG.allow() {
+                                tracing::warn!("{what}");
+                            }
+                        }
+                    }
+                    if let Some(r) = reply {
+                        r.refuse(format!("the message did not decode: {why}"));
+                    }
                 }
-                if let Some(r) = reply {
-                    r.refuse(format!("the message did not decode: {why}"));
-                }
-                HandlerFuture::new(async {})
             }
-        }
+        })
     }
 
     fn attach_reply(&mut self, _reply: &mut dyn Any) {
@@ -150,9 +162,8 @@ where
     }
 }
 
-/// Messages that did not decode, and the limit of their log line (bad
-/// input from the network must not flood the log).
-static UNDECODABLE: AtomicU64 = AtomicU64::new(0);
+/// The limit of the log line of a message that did not decode, in a
+/// system without remoting (bad input must not flood the log).
 static UNDECODABLE_LOG: LazyLock<LogLimit> = LazyLock::new(LogLimit::per_second);
 
 #[cfg(test)]
