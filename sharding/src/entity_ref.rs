@@ -143,18 +143,21 @@ impl<E: Entity> EntityRef<E> {
     }
 
     /// Sends `msg` as [`tell`](Self::tell) does, but while the queue of
-    /// messages to the entity's node is full it waits for room instead of
-    /// handing the message back (back-pressure for a sender that is faster
-    /// than the network). It looks at the shard's home again at least once
-    /// a second, so a wait on a node that stays unreachable ends when the
+    /// messages to the entity's node is full, or the region's buffer is
+    /// (`buffer-size`: the region holds messages for shards whose home is
+    /// being found or moved, or whose node's queue is full), it waits for
+    /// room instead of handing the message back (back-pressure for a
+    /// sender that is faster than the network or than the shard's
+    /// allocation). It looks at the shard's home again at least once a
+    /// second, so a wait on a node that stays unreachable ends when the
     /// shard moves away from it. Refused, with the message handed back,
-    /// for `tell`'s other reasons, among them a full region buffer
-    /// (`BufferFull`: while the region holds messages for the shard, new
-    /// ones queue behind them there, up to `buffer-size`).
+    /// for `tell`'s other reasons (the region stopped, a message that
+    /// cannot be sent).
     ///
     /// The wait is not otherwise bounded: while the node stays unreachable
-    /// and hosts the shard, it goes on. Bound it with a timeout where that
-    /// matters.
+    /// and hosts the shard, or while no shard home can be allocated (too
+    /// few members, no coordinator), it goes on. Bound it with a timeout
+    /// where that matters.
     ///
     /// ```no_run
     /// # use troupe_core::prelude::*;
@@ -194,6 +197,12 @@ impl<E: Entity> EntityRef<E> {
                     if let Some(region) = self.route.remote_home() {
                         let _ = rt::timeout(ROOM_WAIT_MAX, region.wait_for_room()).await;
                     }
+                }
+                Err(ShardingTellError::BufferFull(m)) => {
+                    msg = m;
+                    // Until the region takes messages out of its buffer
+                    // (or a second passes: the home is read again).
+                    let _ = rt::timeout(ROOM_WAIT_MAX, self.shared.buffer_room()).await;
                 }
                 other => return other,
             }

@@ -175,6 +175,9 @@ pub(crate) struct RegionShared<E: Entity> {
     /// Messages in the region's buffers (checked by senders against
     /// `buffer_size`).
     buffered: AtomicUsize,
+    /// Notified when the region frees places in its buffer (for
+    /// `EntityRef::send`, which waits for room).
+    buffer_room: event_listener::Event,
     /// Messages refused because the buffer was full.
     pub(crate) dropped: AtomicU64,
     /// Messages sent through the region actor (not the direct path).
@@ -210,6 +213,7 @@ impl<E: Entity> RegionShared<E> {
             region: OnceLock::new(),
             deliveries: Deliveries::default(),
             buffered: AtomicUsize::new(0),
+            buffer_room: event_listener::Event::new(),
             dropped: AtomicU64::new(0),
             via_region: AtomicU64::new(0),
             via_shard: AtomicU64::new(0),
@@ -427,6 +431,31 @@ impl<E: Entity> RegionShared<E> {
         Ok(())
     }
 
+    /// Gives back `n` places in the buffer (the region took messages out
+    /// of it), and wakes the senders waiting for room.
+    fn release_places(&self, n: usize) {
+        if n > 0 {
+            self.buffered.fetch_sub(n, Ordering::AcqRel);
+            self.buffer_room.notify(usize::MAX);
+        }
+    }
+
+    /// Waits until the buffer has room for a local sender's message (it
+    /// may be taken by another sender first: try, and wait again).
+    pub(crate) async fn buffer_room(&self) {
+        let has_room = || self.buffered.load(Ordering::Acquire) < self.settings.buffer_size;
+        if has_room() {
+            return;
+        }
+        // Listen first, then look again: a place freed in between is not
+        // missed.
+        let room = self.buffer_room.listen();
+        if has_room() {
+            return;
+        }
+        room.await;
+    }
+
     /// Counts a refused message and logs it (at most once a second).
     pub(crate) fn note_overflow(&self) {
         let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -592,6 +621,8 @@ impl<E: Entity> Actor for Region<E> {
             }
         }
         self.shared.buffered.store(0, Ordering::Relaxed);
+        // Senders waiting for room find the region stopped.
+        self.shared.buffer_room.notify(usize::MAX);
     }
 }
 
@@ -921,7 +952,7 @@ impl<E: Entity> Region<E> {
 
     fn take_buffer(&mut self, shard: &ShardId) -> VecDeque<Delivery<E>> {
         let b = self.buffers.remove(shard).unwrap_or_default();
-        self.shared.buffered.fetch_sub(b.len(), Ordering::Relaxed);
+        self.shared.release_places(b.len());
         b
     }
 
@@ -1088,7 +1119,7 @@ impl<E: Entity> Region<E> {
             None => self.route(&route, delivery),
         }
         if std::mem::take(&mut self.place_taken) {
-            self.shared.buffered.fetch_sub(1, Ordering::AcqRel);
+            self.shared.release_places(1);
         }
         self.resend_held_soon(ctx);
     }

@@ -474,7 +474,7 @@ fn region_state_and_cluster_stats_count_entities_and_report_regions_that_do_not_
 }
 
 #[test]
-fn a_full_buffer_refuses_tells_and_asks_and_loses_nothing_it_accepted() {
+fn a_full_buffer_refuses_tells_and_asks_send_waits_and_nothing_accepted_is_lost() {
     init_logging();
     rt::block_on(async {
         let probe = Arc::new(Probe::default());
@@ -509,16 +509,25 @@ fn a_full_buffer_refuses_tells_and_asks_and_loses_nothing_it_accepted() {
             "an ask beyond the limit fails at once"
         );
         assert_eq!(probe.state(|p| p.started_on.len()), 0);
+        // `send` waits for room in the buffer instead.
+        let mut waiting = Box::pin(a.send(Seq(3)));
+        assert!(
+            futures_lite::future::poll_once(&mut waiting)
+                .await
+                .is_none(),
+            "send waits while the buffer is full"
+        );
 
         // A second member: allocation proceeds and what was accepted
-        // arrives, in order; the buffer takes messages again.
+        // arrives, in order; the buffer takes messages again, and the
+        // waiting send goes.
         nodes.push(start_node(&[nodes[0].address()], &probe, settings.clone()));
         let all: Vec<&Node> = nodes.iter().collect();
         all_up(&all, 2).await;
-        eventually("the buffer takes messages again", async || {
-            a.tell(Seq(3)).is_ok()
-        })
-        .await;
+        rt::timeout(DEADLINE, waiting)
+            .await
+            .expect("the waiting send went within the deadline")
+            .unwrap();
         assert_eq!(a.ask_timeout(Add(1), ASK).await.unwrap(), 1);
         assert_eq!(b.ask_timeout(Add(1), ASK).await.unwrap(), 1);
         assert_eq!(probe.received("a"), vec![0, 1, 2, 3]);
