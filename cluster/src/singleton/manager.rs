@@ -360,13 +360,20 @@ impl<A: Actor> SingletonManager<A> {
                 Err(e) => tracing::debug!("cannot reach singleton proxy {path}: {e}"),
             }
         }
+        // One deadline for all: a local ask's own timeout starts when it is
+        // first polled, so awaited one after another they would add up.
+        let deadline = std::time::Instant::now() + timeout;
         for a in asks {
-            if let Err(e) = a.await {
-                tracing::warn!(
-                    "a singleton proxy did not confirm the move within {timeout:?} ({e}); \
-                     what it forwards to the old instance from now on goes to dead letters"
-                );
-            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let why = match rt::timeout(left, a).await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => e.to_string(),
+                None => "no answer".to_string(),
+            };
+            tracing::warn!(
+                "a singleton proxy did not confirm the move within {timeout:?} ({why}); \
+                 what it forwards to the old instance from now on goes to dead letters"
+            );
         }
     }
 
