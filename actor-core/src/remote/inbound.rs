@@ -241,9 +241,11 @@ impl InboundHandler {
         reply: Option<ReplySink>,
         sender: Option<AnyActorRef>,
     ) -> Result<(), DispatchError> {
-        serde_context::with_system(&remoting.system, || match dispatch {
+        match dispatch {
+            // Queued still encoded: the actor decodes it, in its system.
             Inbound::Decode(dispatch, _) => dispatch(target, m.payload, reply, sender),
-            Inbound::Receive(receive) => {
+            // A receiver may decode on the spot.
+            Inbound::Receive(receive) => serde_context::with_system(&remoting.system, || {
                 // The reply's bytes are already its wire form.
                 let reply = reply.map(|sink| {
                     Replier::remote(RemoteReply::new(sink, registry::write_encoded_reply))
@@ -259,7 +261,7 @@ impl InboundHandler {
                     DeliverError::MailboxFull => DispatchError::MailboxFull,
                     other => DispatchError::Undecodable(other.to_string()),
                 })
-            }
-        })
+            }),
+        }
     }
 }

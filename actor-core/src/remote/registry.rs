@@ -224,8 +224,11 @@ impl<A: Actor> Clone for TypedDispatch<A> {
 }
 impl<A: Actor> Copy for TypedDispatch<A> {}
 
-/// Queues a message for `actor` still encoded: the actor decodes it when
-/// it handles it. A remote `actor` gets it decoded and sent on.
+/// Queues a message for the local `actor` still encoded: the actor
+/// decodes it when it handles it. (Its callers send to remote actors
+/// otherwise: a connection's recipients are local, and
+/// `EncodedDelivery::queue_undecoded` delivers to a remote one as
+/// `deliver` does.)
 fn queue_undecoded<A, M>(
     actor: &crate::actor_ref::ActorRef<A>,
     payload: &[u8],
@@ -237,9 +240,6 @@ where
     M: Message + Serialize + DeserializeOwned,
     M::Reply: Serialize + DeserializeOwned,
 {
-    if actor.is_remote() {
-        return dispatch_typed::<A, M>(actor, payload, reply, sender);
-    }
     actor.send_undecoded::<M>(
         crate::remote::undecoded::Payload::copy_of(payload),
         reply,

@@ -29,6 +29,7 @@ use std::sync::LazyLock;
 /// Payloads up to this size travel inside the letter; the letter then
 /// stays within the pooled sizes (see the test below).
 pub(crate) const INLINE: usize = 152;
+const _: () = assert!(INLINE <= u8::MAX as usize);
 
 /// A message's bytes.
 pub(crate) enum Payload {
@@ -40,13 +41,15 @@ pub(crate) enum Payload {
 
 impl Payload {
     pub(crate) fn copy_of(bytes: &[u8]) -> Self {
-        match u8::try_from(bytes.len()) {
-            Ok(len) if bytes.len() <= INLINE => {
-                let mut inline = [0; INLINE];
-                inline[..bytes.len()].copy_from_slice(bytes);
-                Payload::Inline { len, bytes: inline }
-            }
-            _ => Payload::Heap(bytes.into()),
+        if bytes.len() > INLINE {
+            return Payload::Heap(bytes.into());
+        }
+        let mut inline = [0; INLINE];
+        inline[..bytes.len()].copy_from_slice(bytes);
+        Payload::Inline {
+            // At most `INLINE`, which fits a `u8` (checked below).
+            len: bytes.len() as u8,
+            bytes: inline,
         }
     }
 
