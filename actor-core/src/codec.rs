@@ -21,7 +21,7 @@
 use crate::actor::Actor;
 use crate::actor_ref::{ActorRef, AnyActorRef};
 use crate::message::Message;
-use crate::remote::registry::{Codec, DispatchError, Inbound, ReceiveFn, TypedDispatch};
+use crate::remote::registry::{Codec, DispatchError, Inbound, MakeReceiver, TypedDispatch};
 use crate::remote::remote_ref::SendError;
 use crate::remote::reply::ReplySink;
 use crate::remote::serde_context;
@@ -160,7 +160,9 @@ pub struct EncodedDelivery<A: Actor> {
 /// Decoded and queued, or given to a receiver.
 enum How<A: Actor> {
     Decode(TypedDispatch<A>),
-    Receive(ReceiveFn),
+    /// A receiver is made for each delivery (those made for connections
+    /// are each kept by one reader).
+    Receive(MakeReceiver),
 }
 
 impl<A: Actor> Clone for EncodedDelivery<A> {
@@ -197,7 +199,7 @@ impl<A: Actor> EncodedDelivery<A> {
                 let sink = reply.map(|r| ReplySink::Encoded(Box::new(r)));
                 (dispatch.decode)(to, bytes, sink, sender).map_err(delivery_error)
             }
-            How::Receive(receive) => receive(InboundMessage {
+            How::Receive(make) => make()(InboundMessage {
                 to: &to.to_any(),
                 bytes,
                 reply,
@@ -403,11 +405,12 @@ impl ActorSystem {
 
     /// Has `receive` take every message of `manifest` that arrives from
     /// the network for an actor of type `A` (`InboundMessage::to`), still
-    /// encoded, in place of `A`'s mailbox. It runs on the connection's reader (keep it short and
-    /// never block): it may deliver the bytes wherever they belong (with
-    /// [`deliver_encoded`](Self::deliver_encoded), say) or queue them for
-    /// the actor as a message of its own. Its error is logged (rate-limited)
-    /// as bad input from that node, except `DeliverError::Stopped`.
+    /// encoded, in place of `A`'s mailbox. It runs on the connection's
+    /// reader (keep it short and never block): it may deliver the bytes
+    /// wherever they belong (with [`deliver_encoded`](Self::deliver_encoded),
+    /// say) or queue them for the actor as a message of its own. Its error
+    /// is logged (rate-limited) as bad input from that node, except
+    /// `DeliverError::Stopped`.
     ///
     /// `manifest` may be one of its own, with no Rust type behind it (its
     /// bytes are sent with [`send_encoded`](Self::send_encoded)), or that
@@ -417,7 +420,9 @@ impl ActorSystem {
     /// Register it before the first such message can arrive (when the
     /// actor type is set up): each connection looks up how a manifest is
     /// delivered once and keeps the answer, and so does an
-    /// [`EncodedDelivery`].
+    /// [`EncodedDelivery`]. A receiver that keeps state of its own per
+    /// connection is registered with
+    /// [`register_receiver_per_connection`](Self::register_receiver_per_connection).
     ///
     /// ```
     /// use troupe_core::prelude::*;
@@ -450,9 +455,72 @@ impl ActorSystem {
         manifest: &'static str,
         receive: impl Fn(InboundMessage<'_>) -> Result<(), DeliverError> + Send + Sync + 'static,
     ) -> &Self {
-        self.shared()
-            .registry
-            .register_receiver::<A>(manifest, Arc::new(receive));
+        let receive = Arc::new(receive);
+        self.register_receiver_per_connection::<A, _>(manifest, move || {
+            let receive = receive.clone();
+            move |m: InboundMessage<'_>| receive(m)
+        })
+    }
+
+    /// As [`register_receiver`](Self::register_receiver), but each
+    /// connection's reader calls `make` for a receiver of its own (when the
+    /// first message of `manifest` for an `A` arrives on it) and keeps it
+    /// until the connection closes. What the receiver holds is used by one
+    /// thread at a time and needs no lock: a cache of lookups that are
+    /// otherwise made under a shared lock for every message, or a strong
+    /// reference taken once (rather than a weak one upgraded for every
+    /// message). A local [`deliver_encoded`](Self::deliver_encoded) to an
+    /// `A`, or an [`EncodedDelivery`]'s, makes a receiver for that one
+    /// message.
+    ///
+    /// What a receiver holds lives as long as its connection (until the
+    /// peer leaves or this system shuts down), so it must not keep an
+    /// actor or a table alive that should go sooner; it can hold a weak
+    /// reference to those and check it.
+    ///
+    /// ```
+    /// use troupe_core::prelude::*;
+    /// use troupe_core::{EncodedReply, InboundMessage, Replier};
+    /// use std::time::Duration;
+    ///
+    /// struct Tally;
+    /// impl Actor for Tally {}
+    ///
+    /// troupe_core::rt::block_on(async {
+    ///     let system = ActorSystem::new("doc").unwrap();
+    ///     // Each receiver counts the messages it took; no lock needed.
+    ///     system.register_receiver_per_connection::<Tally, _>("doc.count", || {
+    ///         let mut taken = 0u64;
+    ///         move |m: InboundMessage<'_>| {
+    ///             taken += 1;
+    ///             if let Some(r) = m.reply {
+    ///                 r.send(EncodedReply(taken.to_be_bytes().to_vec()));
+    ///             }
+    ///             Ok(())
+    ///         }
+    ///     });
+    ///     let tally = system.spawn(Tally);
+    ///     let (replier, reply) = Replier::channel(Duration::from_secs(5));
+    ///     system
+    ///         .send_encoded(&tally, "doc.count", |_| Ok(()), Some(replier))
+    ///         .unwrap();
+    ///     // A local delivery had a receiver made for it alone.
+    ///     assert_eq!(reply.await.unwrap().0, 1u64.to_be_bytes());
+    ///     system.shutdown().await;
+    /// });
+    /// ```
+    pub fn register_receiver_per_connection<A: Actor, R>(
+        &self,
+        manifest: &'static str,
+        make: impl Fn() -> R + Send + Sync + 'static,
+    ) -> &Self
+    where
+        R: FnMut(InboundMessage<'_>) -> Result<(), DeliverError> + Send + 'static,
+    {
+        self.shared().registry.register_receiver::<A>(
+            manifest,
+            Arc::new(move || Box::new(make()) as crate::remote::registry::ReceiveFn),
+        );
         self
     }
 
@@ -473,9 +541,40 @@ impl ActorSystem {
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
         reply: Option<Replier<EncodedReply>>,
     ) -> Result<(), SendEncodedError> {
+        self.send_encoded_via(to, manifest, write, reply, true)
+    }
+
+    /// As [`send_encoded`](Self::send_encoded), but a frame for a remote
+    /// actor always goes through the connection's queue, to be written by
+    /// its writer with the frames queued beside it. `send_encoded` writes
+    /// a frame straight to the socket from the calling thread when the
+    /// connection is idle, which saves a lone ask a hand-off to the writer
+    /// but costs a sender of many messages in a row a clock reading for
+    /// each and a system call for each whenever the writer keeps up with
+    /// it: use this one for such a sender (a stream of tells with
+    /// back-pressure, a buffer flushed). The order of the two kinds of
+    /// sends to one node is kept.
+    pub fn send_encoded_queued<A: Actor>(
+        &self,
+        to: &ActorRef<A>,
+        manifest: &'static str,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+        reply: Option<Replier<EncodedReply>>,
+    ) -> Result<(), SendEncodedError> {
+        self.send_encoded_via(to, manifest, write, reply, false)
+    }
+
+    fn send_encoded_via<A: Actor>(
+        &self,
+        to: &ActorRef<A>,
+        manifest: &'static str,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+        reply: Option<Replier<EncodedReply>>,
+        direct: bool,
+    ) -> Result<(), SendEncodedError> {
         if let Some(remote) = to.remote_target() {
             return remote
-                .send_encoded(manifest, write, reply)
+                .send_encoded(manifest, write, reply, direct)
                 .map_err(|e| match e {
                     SendError::Full => SendEncodedError::Full,
                     SendError::NotSendable(why) => SendEncodedError::NotSendable(why),

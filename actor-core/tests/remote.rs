@@ -966,6 +966,124 @@ fn raw_receiver(system: &ActorSystem) -> std::sync::Arc<std::sync::atomic::Atomi
     calls
 }
 
+/// Writes `msg` in its wire form, as `send_encoded`'s `write` does.
+fn encoded<M: Message>(
+    system: &ActorSystem,
+    msg: M,
+) -> impl FnOnce(&mut Vec<u8>) -> Result<(), String> + use<M> {
+    let system = system.clone();
+    move |buf: &mut Vec<u8>| {
+        system
+            .encode_message_into(&msg, buf)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[test]
+fn queued_and_direct_encoded_sends_to_a_node_keep_their_order() {
+    init_logging();
+    rt::block_on(async {
+        let a = node("a");
+        let b = node("b");
+        b.spawn_named("counter", Counter::default()).unwrap();
+        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let record = |n: u64| encoded(&a, Record(n));
+        // Runs of each kind, with pauses that leave the connection idle
+        // (where `send_encoded` writes on this thread) and without.
+        let mut sent = Vec::new();
+        for n in 0..2_000u64 {
+            let manifest = Record::manifest();
+            let queued = (n / 7) % 2 == 0;
+            let result = if queued {
+                a.send_encoded_queued(&counter, manifest, record(n), None)
+            } else {
+                a.send_encoded(&counter, manifest, record(n), None)
+            };
+            match result {
+                Ok(()) => sent.push(n),
+                Err(troupe_core::SendEncodedError::Full) => counter.wait_for_room().await,
+                Err(e) => panic!("{e:?}"),
+            }
+            if n % 100 == 0 {
+                within("ask", counter.ask(Add(0))).await.unwrap();
+            }
+        }
+        let mut seen = Vec::new();
+        while seen.len() < sent.len() {
+            let more = within("recorded", counter.ask(Recorded)).await.unwrap();
+            assert!(
+                !more.is_empty() || seen.len() == sent.len(),
+                "messages lost"
+            );
+            seen.extend(more);
+        }
+        assert_eq!(seen, sent);
+        a.shutdown().await;
+        b.shutdown().await;
+    });
+}
+
+/// Asks `counter` on another node through `test.Seq`, whose receivers
+/// answer with how many messages they took; returns the answer.
+async fn seq_ask(from: &ActorSystem, counter: &ActorRef<Counter>) -> u64 {
+    let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
+    from.send_encoded(counter, "test.Seq", |_| Ok(()), Some(replier))
+        .unwrap();
+    let bytes = within("seq ask", reply).await.unwrap().0;
+    u64::from_be_bytes(bytes.try_into().expect("8 bytes"))
+}
+
+#[test]
+fn a_receiver_per_connection_keeps_its_state_for_that_connection_alone() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    init_logging();
+    rt::block_on(async {
+        let (a, b, c) = (node("a"), node("b"), node("c"));
+        let made = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = made.clone();
+        // Each receiver numbers the messages it takes, without a lock.
+        b.register_receiver_per_connection::<Counter, _>("test.Seq", move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let mut taken = 0u64;
+            move |m: troupe_core::InboundMessage<'_>| {
+                taken += 1;
+                if let Some(r) = m.reply {
+                    r.send(troupe_core::EncodedReply(taken.to_be_bytes().to_vec()));
+                }
+                Ok(())
+            }
+        });
+        for n in [&a, &c] {
+            n.register_receiver::<Counter>("test.Seq", |_| Ok(()));
+        }
+        let local = b.spawn_named("counter", Counter::default()).unwrap();
+        let from_a: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let from_c: ActorRef<Counter> = c.resolve(&path_of(&b, "counter")).unwrap();
+        // One receiver for a's connection: it counts on.
+        for expected in 1..=3 {
+            assert_eq!(seq_ask(&a, &from_a).await, expected);
+        }
+        assert_eq!(made.load(Ordering::SeqCst), 1);
+        // c's connection has a receiver of its own.
+        assert_eq!(seq_ask(&c, &from_c).await, 1);
+        assert_eq!(seq_ask(&a, &from_a).await, 4);
+        assert_eq!(seq_ask(&c, &from_c).await, 2);
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+        // A local delivery has one made for it alone, every time.
+        for _ in 0..2 {
+            let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);
+            b.send_encoded(&local, "test.Seq", |_| Ok(()), Some(replier))
+                .unwrap();
+            assert_eq!(within("local", reply).await.unwrap().0, 1u64.to_be_bytes());
+        }
+        assert_eq!(made.load(Ordering::SeqCst), 4);
+        for n in [a, b, c] {
+            n.shutdown().await;
+        }
+    });
+}
+
 #[test]
 fn a_receiver_gets_encoded_bytes_on_the_reader_and_send_encoded_writes_them_in_place() {
     use std::sync::atomic::Ordering;
@@ -977,14 +1095,7 @@ fn a_receiver_gets_encoded_bytes_on_the_reader_and_send_encoded_writes_them_in_p
         raw_receiver(&a);
         b.spawn_named("counter", Counter::default()).unwrap();
         let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
-        let add = |n: u64| {
-            let a = a.clone();
-            move |buf: &mut Vec<u8>| {
-                a.encode_message_into(&Add(n), buf)
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            }
-        };
+        let add = |n: u64| encoded(&a, Add(n));
 
         // An ask: the reply comes back as the handler encoded it.
         let (replier, reply) = troupe_core::Replier::channel(common::DEADLINE);

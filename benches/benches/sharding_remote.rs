@@ -14,7 +14,10 @@
 //!   messages per second (each run ends with an ask that confirms the count).
 //!   Twice: with `send`, which waits for room while the queue to the node
 //!   is full, and with `tell` retried at once after each refusal (the
-//!   sender then spins on one of the cores the receiver needs);
+//!   sender then spins on one of the cores the receiver needs). Five
+//!   rounds (`TELL_ROUNDS`), each with a plain and a sharded run of both,
+//!   their order alternating; it prints each side's median rate and the
+//!   median of the rounds' ratios;
 //! - ask: 20,000 sequential asks (after 1,000 to warm up) to that entity
 //!   and to `plain`; round-trip p50 and p99;
 //! - allocation: the first message to 300 entities of shards that have no
@@ -24,7 +27,8 @@
 //! Sections can be chosen (`-- tell ask alloc`; all by default), and
 //! `plain` or `sharded` limits tell and ask to one side (to profile one).
 //! `TELL_N=4000000` in the environment sends that many messages in each
-//! tell run instead of 1,000,000 (a longer run to profile).
+//! tell run instead of 1,000,000 (a longer run to profile), and
+//! `TELL_WAYS=send` or `TELL_WAYS=tell` runs only one of the two ways.
 
 #![allow(clippy::print_stdout)]
 
@@ -204,6 +208,54 @@ where
     n as f64 / t0.elapsed().as_secs_f64()
 }
 
+/// Tell rounds: `TELL_ROUNDS` from the environment, or 5.
+fn tell_rounds() -> usize {
+    std::env::var("TELL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+}
+
+/// Messages per second of one way of telling, per round, on each side.
+#[derive(Default)]
+struct Rates {
+    plain: Vec<f64>,
+    sharded: Vec<f64>,
+}
+
+impl Rates {
+    /// Prints the median rate of each side and the median of the rounds'
+    /// ratios (sharded / plain), with every round's ratio.
+    fn print(&self, what: &str) {
+        let ratios: Vec<f64> = self
+            .plain
+            .iter()
+            .zip(&self.sharded)
+            .map(|(p, s)| s / p)
+            .collect();
+        let rounds: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "  {what}: plain remote {:>10.0} msg/s, sharded {:>10.0} msg/s ({:.2}x; medians of {} rounds, whose ratios were {})",
+            median(&self.plain),
+            median(&self.sharded),
+            median(&ratios),
+            self.plain.len().max(self.sharded.len()),
+            rounds.join(" ")
+        );
+    }
+}
+
+/// The median (NaN for none).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// True if `section` was asked for on the command line, or none was.
 fn wanted(args: &[String], section: &str) -> bool {
     let known = ["tell", "ask", "alloc"];
@@ -278,38 +330,53 @@ fn main() {
             .expect("plain actor");
         println!("sharding remote bench: 3 processes; the target lives on {target_node}");
 
-        // Tell.
+        // Tell: rounds of the four runs, plain and sharded side by side in
+        // each (the host's speed drifts between runs more than the two
+        // sides differ; a round's ratio compares runs seconds apart).
         let body = vec![7u8; 100];
         if wanted(&args, "tell") {
             let plain_received = || plain.ask_timeout(Received, Duration::from_secs(120));
             let sharded_received = || entity.ask_timeout(Received, Duration::from_secs(120));
-            let (mut plain_send, mut sharded_send) = (f64::NAN, f64::NAN);
-            let (mut plain_tell, mut sharded_tell) = (f64::NAN, f64::NAN);
-            if plain_side {
-                plain_send =
-                    send_rate(async |b| plain.send(b).await.expect("send"), plain_received).await;
+            let mut send = Rates::default();
+            let mut tell = Rates::default();
+            let ways = std::env::var("TELL_WAYS").unwrap_or_default();
+            let (with_send, with_tell) = (ways != "tell", ways != "send");
+            for round in 0..tell_rounds() {
+                // Each side goes first in every other round.
+                for plain_turn in [round % 2 == 0, round % 2 != 0] {
+                    if !with_send {
+                        break;
+                    }
+                    if plain_turn && plain_side {
+                        send.plain.push(
+                            send_rate(async |b| plain.send(b).await.expect("send"), plain_received)
+                                .await,
+                        );
+                    } else if !plain_turn && sharded_side {
+                        send.sharded.push(
+                            send_rate(
+                                async |b| entity.send(b).await.expect("send"),
+                                sharded_received,
+                            )
+                            .await,
+                        );
+                    }
+                }
+                for plain_turn in [round % 2 == 0, round % 2 != 0] {
+                    if !with_tell {
+                        break;
+                    }
+                    if plain_turn && plain_side {
+                        tell.plain
+                            .push(tell_rate(|b| plain.tell(b).is_ok(), plain_received).await);
+                    } else if !plain_turn && sharded_side {
+                        tell.sharded
+                            .push(tell_rate(|b| entity.tell(b).is_ok(), sharded_received).await);
+                    }
+                }
             }
-            if sharded_side {
-                sharded_send = send_rate(
-                    async |b| entity.send(b).await.expect("send"),
-                    sharded_received,
-                )
-                .await;
-            }
-            if plain_side {
-                plain_tell = tell_rate(|b| plain.tell(b).is_ok(), plain_received).await;
-            }
-            if sharded_side {
-                sharded_tell = tell_rate(|b| entity.tell(b).is_ok(), sharded_received).await;
-            }
-            println!(
-                "  send (100 B): plain remote {plain_send:>10.0} msg/s, sharded {sharded_send:>10.0} msg/s ({:.2}x)",
-                sharded_send / plain_send
-            );
-            println!(
-                "  tell (100 B, retried at once): plain remote {plain_tell:>10.0} msg/s, sharded {sharded_tell:>10.0} msg/s ({:.2}x)",
-                sharded_tell / plain_tell
-            );
+            send.print("send (100 B)");
+            tell.print("tell (100 B, retried at once)");
         }
 
         // Ask.

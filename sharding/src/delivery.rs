@@ -204,7 +204,8 @@ where
         shard: &ShardId,
         to: &ActorRef<Region<E>>,
     ) -> Result<(), Box<dyn Body<E>>> {
-        match (*self).send_remote(system, entity, shard, to) {
+        // The region sends what it held (a buffer, flushed): a burst.
+        match (*self).send_remote(system, entity, shard, to, true) {
             Ok(()) => Ok(()),
             Err(ShardingTellError::NodeQueueFull(msg)) => Err(Box::new(Typed { msg, reply: None })),
             // Forwarded by the region, after the sender was told it was
@@ -237,12 +238,15 @@ where
     /// encoded and is decoded for the asker. An ask that cannot be sent is
     /// failed through its reply channel; a tell is handed back with the
     /// reason.
+    /// `queued`: through the connection's queue always (a sender of many
+    /// in a row; see `ActorSystem::send_encoded_queued`).
     pub(crate) fn send_remote<E: Entity>(
         self,
         system: &ActorSystem,
         entity: &str,
         shard: &str,
         to: &ActorRef<Region<E>>,
+        queued: bool,
     ) -> Result<(), ShardingTellError<M>> {
         let Typed { msg, reply } = self;
         let reply = reply.map(|reply| {
@@ -262,7 +266,12 @@ where
                     .map_err(|e| e.to_string())
             })
         };
-        match system.send_encoded(to, shard_envelope::MANIFEST, write, reply) {
+        let sent = if queued {
+            system.send_encoded_queued(to, shard_envelope::MANIFEST, write, reply)
+        } else {
+            system.send_encoded(to, shard_envelope::MANIFEST, write, reply)
+        };
+        match sent {
             Ok(()) => Ok(()),
             // The ask was failed with the reason.
             Err(_) if asked => Ok(()),
@@ -328,8 +337,10 @@ impl<E: Entity> Body<E> for Encoded {
                 Ok(())
             })
         };
-        // An ask's reply channel is failed with the reason.
-        match system.send_encoded(to, shard_envelope::MANIFEST, write, reply) {
+        // An ask's reply channel is failed with the reason. The region
+        // sends what it held (a buffer, flushed): a burst, queued.
+        let sent = system.send_encoded_queued(to, shard_envelope::MANIFEST, write, reply);
+        match sent {
             Ok(()) => Ok(()),
             Err(SendEncodedError::Full) if !asked => Err(Box::new(Encoded {
                 manifest,

@@ -121,7 +121,22 @@ impl<E: Entity> EntityRef<E> {
         M: Message + Serialize + DeserializeOwned,
         M::Reply: Serialize + DeserializeOwned,
     {
-        let (msg, reply) = match self.shared.try_direct(&self.route, &self.id, msg, None) {
+        self.tell_via(msg, false)
+    }
+
+    /// `tell`; `queued`: to another node through the connection's queue
+    /// always, never written on this thread (for `send`, a sender of many
+    /// in a row: see `ActorSystem::send_encoded_queued`).
+    fn tell_via<M>(&self, msg: M, queued: bool) -> Result<(), ShardingTellError<M>>
+    where
+        E: Handler<M>,
+        M: Message + Serialize + DeserializeOwned,
+        M::Reply: Serialize + DeserializeOwned,
+    {
+        let (msg, reply) = match self
+            .shared
+            .try_direct(&self.route, &self.id, msg, None, queued)
+        {
             Ok(()) => return Ok(()),
             Err(Direct::Refused(e)) => return Err(e),
             Err(Direct::Slow(msg, reply)) => (msg, reply),
@@ -159,6 +174,11 @@ impl<E: Entity> EntityRef<E> {
     /// few members, no coordinator), it goes on. Bound it with a timeout
     /// where that matters.
     ///
+    /// Made for a sender of many messages in a row: a message to another
+    /// node always goes through the connection's queue, to be written with
+    /// the others (as `ActorRef::send` does), where `tell` may write a lone
+    /// message straight to an idle connection.
+    ///
     /// ```no_run
     /// # use troupe_core::prelude::*;
     /// # use serde::{Deserialize, Serialize};
@@ -187,7 +207,7 @@ impl<E: Entity> EntityRef<E> {
     {
         let mut msg = msg;
         loop {
-            match self.tell(msg) {
+            match self.tell_via(msg, true) {
                 Err(ShardingTellError::NodeQueueFull(m)) => {
                     msg = m;
                     // A shard that moved meanwhile is tried at its new home
@@ -231,15 +251,16 @@ impl<E: Entity> EntityRef<E> {
         M::Reply: Serialize + DeserializeOwned,
     {
         let (replier, ask) = Replier::channel(timeout);
-        let (msg, reply) = match self
-            .shared
-            .try_direct(&self.route, &self.id, msg, Some(replier))
-        {
-            Ok(()) => return ask,
-            // An ask's failures travel through its reply channel.
-            Err(Direct::Refused(_)) => return ask,
-            Err(Direct::Slow(msg, reply)) => (msg, reply),
-        };
+        let (msg, reply) =
+            match self
+                .shared
+                .try_direct(&self.route, &self.id, msg, Some(replier), false)
+            {
+                Ok(()) => return ask,
+                // An ask's failures travel through its reply channel.
+                Err(Direct::Refused(_)) => return ask,
+                Err(Direct::Slow(msg, reply)) => (msg, reply),
+            };
         let body: Box<dyn Body<E>> = Box::new(Typed { msg, reply });
         match self
             .shared

@@ -191,6 +191,24 @@ pub(crate) struct RegionShared<E: Entity> {
     drop_log: LogLimit,
 }
 
+/// Routes a connection's reader has looked up, kept by the reader
+/// (routes are never removed from the region's table, so none goes
+/// stale).
+pub(crate) struct RouteCache<E: Entity> {
+    /// Where each shard's route is in `routes`.
+    index: HashMap<ShardId, usize, foldhash::fast::RandomState>,
+    routes: Vec<Arc<ShardRoute<E>>>,
+}
+
+impl<E: Entity> Default for RouteCache<E> {
+    fn default() -> Self {
+        RouteCache {
+            index: HashMap::default(),
+            routes: Vec::new(),
+        }
+    }
+}
+
 /// Why the region refused a message.
 pub(crate) enum Refused {
     BufferFull,
@@ -244,6 +262,25 @@ impl<E: Entity> RegionShared<E> {
         route
     }
 
+    /// The route of `shard` through a connection's own cache (no lock,
+    /// no reference count written, once the shard was seen on it).
+    fn cached_route<'c>(
+        &self,
+        cache: &'c mut RouteCache<E>,
+        shard: &str,
+    ) -> &'c Arc<ShardRoute<E>> {
+        let at = match cache.index.get(shard) {
+            Some(&at) => at,
+            None => {
+                let route = self.route(shard);
+                cache.index.insert(route.shard.clone(), cache.routes.len());
+                cache.routes.push(route);
+                cache.routes.len() - 1
+            }
+        };
+        &cache.routes[at]
+    }
+
     /// The route of the entity's shard.
     pub(crate) fn route_of(&self, entity: &str) -> Arc<ShardRoute<E>> {
         self.route(&self.extractor.shard_id(entity))
@@ -252,13 +289,15 @@ impl<E: Entity> RegionShared<E> {
     /// Sends a typed message to an entity directly when its home is known
     /// and nothing of its shard is in flight through the actors; hands the
     /// message back when it must go through the region. No allocation on
-    /// this path for a local entity.
+    /// this path for a local entity. `queued`: a remote home's frame goes
+    /// through the connection's queue always (`EntityRef::send`).
     pub(crate) fn try_direct<M>(
         &self,
         route: &ShardRoute<E>,
         entity: &EntityId,
         msg: M,
         reply: Option<Replier<M::Reply>>,
+        queued: bool,
     ) -> Result<(), Direct<M>>
     where
         E: Handler<M>,
@@ -294,7 +333,7 @@ impl<E: Entity> RegionShared<E> {
         };
         match &*route.read_home() {
             Home::Remote(region) => Typed { msg, reply }
-                .send_remote(&self.system, entity, &route.shard, region)
+                .send_remote(&self.system, entity, &route.shard, region, queued)
                 .map_err(Direct::Refused),
             Home::Local(_) | Home::Unknown => Err(Direct::Slow(msg, reply)),
         }
@@ -383,7 +422,13 @@ impl<E: Entity> RegionShared<E> {
     /// nothing of its shard is in flight through the actors (as a local
     /// sender's message would go), else through the region (the shard may
     /// have moved again, or the entity must be started).
-    pub(crate) fn receive_remote(&self, m: InboundMessage<'_>) -> Result<(), DeliverError> {
+    /// `routes` is the reader's own cache of routes (see
+    /// `ClusterSharding::start_region`).
+    pub(crate) fn receive_remote(
+        &self,
+        m: InboundMessage<'_>,
+        routes: &mut RouteCache<E>,
+    ) -> Result<(), DeliverError> {
         let InboundMessage { bytes, reply, .. } = m;
         let env = match shard_envelope::read(bytes) {
             Ok(env) => env,
@@ -396,13 +441,13 @@ impl<E: Entity> RegionShared<E> {
                 return Err(DeliverError::Undecodable(why));
             }
         };
-        let route = self.route(env.shard);
+        let route = self.cached_route(routes, env.shard);
         let mut reply = reply;
         if route.quiet() && route.kind.load(Ordering::Acquire) == KIND_LOCAL {
             // The reader has a batch open already; `begin` only checks.
-            // (The route is a clone, not used under the table's lock:
-            // decoding a message may look up routes, for an `EntityRef`
-            // inside it.)
+            // (The route is the reader's own, not used under the table's
+            // lock: decoding a message may look up routes, for an
+            // `EntityRef` inside it.)
             let _batch = DeferActivations::begin();
             let (system, deliveries) = (&self.system, Some(&self.deliveries));
             let sent = route.local.send(env.entity, reply, |actor, reply| {
@@ -421,7 +466,7 @@ impl<E: Entity> RegionShared<E> {
                 reply,
             }),
         );
-        if let Err((why, d)) = self.send_slow(&route, delivery, true) {
+        if let Err((why, d)) = self.send_slow(route, delivery, true) {
             // A full buffer is logged and counted by `send_slow`.
             d.fail(match why {
                 Refused::BufferFull => AskError::MailboxFull,

@@ -12,7 +12,8 @@ use crate::queries::{
     ClusterShardingStats, CurrentShardRegionState, GetRegionState, GetRegionStats,
 };
 use crate::region::{
-    region_name, GracefulShutdown, IsRegistered, Region, RegionShared, SetActiveEntityLimit,
+    region_name, GracefulShutdown, IsRegistered, Region, RegionShared, RouteCache,
+    SetActiveEntityLimit,
 };
 use crate::settings::{PassivationSettings, ShardingSettings};
 use crate::shard_envelope;
@@ -352,14 +353,23 @@ impl ClusterSharding {
         // queued for the region, which is not running yet.
         let _ = shared.region.set(region.clone());
         // Entities' messages from other nodes are routed on the
-        // connection's reader (the registry outlives the region: no cycle).
+        // connection's reader, with a receiver of its own: a strong
+        // reference taken once (the registry keeps a weak one: it outlives
+        // the region) and a cache of routes, so that a message takes no
+        // shared lock and writes no reference count on the way to its
+        // entity but the entity table's lock.
         let weak = Arc::downgrade(&shared);
-        system.register_receiver::<Region<E>>(shard_envelope::MANIFEST, move |m| {
-            match weak.upgrade() {
-                Some(shared) => shared.receive_remote(m),
-                None => Err(troupe_core::DeliverError::Stopped),
-            }
-        });
+        system.register_receiver_per_connection::<Region<E>, _>(
+            shard_envelope::MANIFEST,
+            move || {
+                let shared = weak.upgrade();
+                let mut routes = RouteCache::default();
+                move |m: troupe_core::InboundMessage<'_>| match &shared {
+                    Some(shared) => shared.receive_remote(m, &mut routes),
+                    None => Err(troupe_core::DeliverError::Stopped),
+                }
+            },
+        );
         if !proxy_only {
             // Hand every shard off before the node leaves the cluster.
             let r = region.clone();

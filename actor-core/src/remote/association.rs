@@ -158,18 +158,27 @@ impl Association {
 
     /// Queues a user message whose payload `write` puts in place (already
     /// in the wire form of `manifest`), on the ordinary connection.
+    /// `direct`: the frame may be written straight to an idle connection
+    /// (see `Lane::push`); else it is queued for the writer.
     pub(crate) fn send_encoded(
         &self,
         to: &RemotePath,
         manifest: &'static str,
         ask: u64,
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+        direct: bool,
     ) -> Result<(), SendError> {
         self.refuse_early(Stream::Ordinary)?;
         let frame = self.encode_frame(to, "", manifest, ask, write)?;
         // Not recorded as a dead letter: the caller still has the message
         // (and may keep it to send again).
-        if self.enqueue(Stream::Ordinary, frame) {
+        let queued = if direct {
+            self.enqueue(Stream::Ordinary, frame)
+        } else {
+            self.ensure_writer(Stream::Ordinary);
+            self.lane(Stream::Ordinary).queue(frame)
+        };
+        if queued {
             Ok(())
         } else {
             Err(self.refusal(Stream::Ordinary))

@@ -4,7 +4,7 @@
 use crate::actor_ref::AnyActorRef;
 use crate::codec::{DeliverError, InboundMessage};
 use crate::remote::association::Association;
-use crate::remote::registry::{self, DispatchError, Inbound};
+use crate::remote::registry::{self, DispatchError, DispatchFn, Inbound, ReceiveFn};
 use crate::remote::remoting::RemotingShared;
 use crate::remote::reply::RemoteReply;
 use crate::remote::reply::ReplySink;
@@ -27,7 +27,16 @@ pub(crate) struct InboundHandler {
     recipients: Cache<AnyActorRef>,
     /// Dispatch functions found so far, by manifest and actor type
     /// (registrations are never removed, so entries stay valid).
-    dispatchers: Cache<Vec<(TypeId, Inbound)>>,
+    dispatchers: Cache<Vec<(TypeId, Dispatch)>>,
+}
+
+/// How a message of one manifest reaches an actor of one type, for this
+/// connection.
+enum Dispatch {
+    /// Queued for the actor, which decodes it.
+    Decode(DispatchFn),
+    /// Given to this connection's own receiver.
+    Receive(ReceiveFn),
 }
 
 /// A per-connection cache looked up on every message: foldhash, randomly
@@ -127,22 +136,26 @@ impl InboundHandler {
     /// `actor` (looked up once per connection, then cached; one cache
     /// lookup per message and nothing cloned).
     fn with_dispatcher<R>(
-        cache: &mut Cache<Vec<(TypeId, Inbound)>>,
+        cache: &mut Cache<Vec<(TypeId, Dispatch)>>,
         remoting: &RemotingShared,
         manifest: &str,
         actor: TypeId,
-        f: impl FnOnce(&Inbound) -> R,
+        f: impl FnOnce(&mut Dispatch) -> R,
     ) -> Result<R, &'static str> {
         if let Some((_, d)) = cache
-            .get(manifest)
-            .and_then(|v| v.iter().find(|(t, _)| *t == actor))
+            .get_mut(manifest)
+            .and_then(|v| v.iter_mut().find(|(t, _)| *t == actor))
         {
             return Ok(f(d));
         }
-        let d = remoting.system.registry.dispatcher(manifest, actor)?;
+        let d = match remoting.system.registry.dispatcher(manifest, actor)? {
+            Inbound::Decode(dispatch, _) => Dispatch::Decode(dispatch),
+            Inbound::Receive(make) => Dispatch::Receive(make()),
+        };
         let list = cache.entry(manifest.to_string()).or_default();
         list.push((actor, d));
-        Ok(f(&list[list.len() - 1].1))
+        let last = list.len() - 1;
+        Ok(f(&mut list[last].1))
     }
 
     fn deliver(&mut self, m: UserMsg<'_>) {
@@ -235,7 +248,7 @@ impl InboundHandler {
     /// Hands a message to its recipient as `dispatch` says.
     fn dispatch(
         remoting: &RemotingShared,
-        dispatch: &Inbound,
+        dispatch: &mut Dispatch,
         target: &AnyActorRef,
         m: &UserMsg<'_>,
         reply: Option<ReplySink>,
@@ -243,9 +256,9 @@ impl InboundHandler {
     ) -> Result<(), DispatchError> {
         match dispatch {
             // Queued still encoded: the actor decodes it, in its system.
-            Inbound::Decode(dispatch, _) => dispatch(target, m.payload, reply, sender),
+            Dispatch::Decode(dispatch) => dispatch(target, m.payload, reply, sender),
             // A receiver may decode on the spot.
-            Inbound::Receive(receive) => serde_context::with_system(&remoting.system, || {
+            Dispatch::Receive(receive) => serde_context::with_system(&remoting.system, || {
                 // The reply's bytes are already its wire form.
                 let reply = reply.map(|sink| {
                     Replier::remote(RemoteReply::new(sink, registry::write_encoded_reply))

@@ -37,9 +37,12 @@ pub(crate) type TypedDispatchFn<A> = fn(
 ) -> Result<(), DispatchError>;
 
 /// Hands a message, still encoded, to a receiver registered for its
-/// recipient's actor type (`ActorSystem::register_receiver`).
-pub(crate) type ReceiveFn =
-    Arc<dyn Fn(InboundMessage<'_>) -> Result<(), DeliverError> + Send + Sync>;
+/// recipient's actor type (`ActorSystem::register_receiver`). One of them
+/// is made for each connection, which keeps it.
+pub(crate) type ReceiveFn = Box<dyn FnMut(InboundMessage<'_>) -> Result<(), DeliverError> + Send>;
+
+/// Makes a receiver (for a connection, or for one local delivery).
+pub(crate) type MakeReceiver = Arc<dyn Fn() -> ReceiveFn + Send + Sync>;
 
 /// How an incoming message reaches an actor of one type.
 #[derive(Clone)]
@@ -47,8 +50,8 @@ pub(crate) enum Inbound {
     /// Decoded and queued in its mailbox: the erased function, and the
     /// typed one (a `TypedDispatchFn<A>`, for `EncodedDelivery<A>`).
     Decode(DispatchFn, &'static (dyn Any + Send + Sync)),
-    /// Given, still encoded, to a receiver.
-    Receive(ReceiveFn),
+    /// Given, still encoded, to a receiver made by this.
+    Receive(MakeReceiver),
 }
 
 /// Why an incoming message could not be handed to its recipient.
@@ -83,7 +86,7 @@ struct ManifestEntry {
     dispatch: Map<TypeId, (DispatchFn, &'static (dyn Any + Send + Sync))>,
     /// Per actor type that receives it still encoded (these win over
     /// `dispatch`).
-    receivers: Map<TypeId, ReceiveFn>,
+    receivers: Map<TypeId, MakeReceiver>,
 }
 
 /// The registry's maps are written at registration only and read on every
@@ -294,7 +297,11 @@ impl Registry {
     /// `A`: a manifest of its own (no Rust type behind it), or one a
     /// message type already has (the receiver then takes that type's
     /// bytes for `A` instead of its mailbox).
-    pub(crate) fn register_receiver<A: Actor>(&self, manifest: &'static str, receive: ReceiveFn) {
+    pub(crate) fn register_receiver<A: Actor>(
+        &self,
+        manifest: &'static str,
+        receive: MakeReceiver,
+    ) {
         let mut by_manifest = self.by_manifest.write().unwrap_or_else(|e| e.into_inner());
         let entry = by_manifest
             .entry(manifest)

@@ -134,9 +134,12 @@ impl RemoteTarget {
         manifest: &'static str,
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
         reply: Option<Replier<EncodedReply>>,
+        direct: bool,
     ) -> Result<(), SendError> {
         let Some(reply) = reply else {
-            return self.assoc.send_encoded(&self.path, manifest, 0, write);
+            return self
+                .assoc
+                .send_encoded(&self.path, manifest, 0, write, direct);
         };
         let remoting = self.assoc.remoting();
         let id = remoting.asks.register(
@@ -146,7 +149,9 @@ impl RemoteTarget {
                 reply.complete(result.map(|bytes| EncodedReply(bytes.to_vec())));
             }),
         );
-        let sent = self.assoc.send_encoded(&self.path, manifest, id, write);
+        let sent = self
+            .assoc
+            .send_encoded(&self.path, manifest, id, write, direct);
         if let Err(e) = &sent {
             if let Some(complete) = remoting.asks.take(id) {
                 complete(Err(e.clone().into()));
