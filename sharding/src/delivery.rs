@@ -339,8 +339,7 @@ impl<E: Entity> Body<E> for Encoded {
         };
         // An ask's reply channel is failed with the reason. The region
         // sends what it held (a buffer, flushed): a burst, queued.
-        let sent = system.send_encoded_queued(to, shard_envelope::MANIFEST, write, reply);
-        match sent {
+        match system.send_encoded_queued(to, shard_envelope::MANIFEST, write, reply) {
             Ok(()) => Ok(()),
             Err(SendEncodedError::Full) if !asked => Err(Box::new(Encoded {
                 manifest,

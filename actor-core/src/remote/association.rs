@@ -172,13 +172,7 @@ impl Association {
         let frame = self.encode_frame(to, "", manifest, ask, write)?;
         // Not recorded as a dead letter: the caller still has the message
         // (and may keep it to send again).
-        let queued = if direct {
-            self.enqueue(Stream::Ordinary, frame)
-        } else {
-            self.ensure_writer(Stream::Ordinary);
-            self.lane(Stream::Ordinary).queue(frame)
-        };
-        if queued {
+        if self.enqueue_via(Stream::Ordinary, frame, direct) {
             Ok(())
         } else {
             Err(self.refusal(Stream::Ordinary))
@@ -258,8 +252,14 @@ impl Association {
 
     /// Queues an encoded frame; false if the queue is full or closed.
     pub(crate) fn enqueue(&self, stream: Stream, frame: Vec<u8>) -> bool {
+        self.enqueue_via(stream, frame, true)
+    }
+
+    /// As `enqueue`; `direct`: the frame may be written straight to an
+    /// idle connection (`Lane::push`), else it goes to the writer.
+    fn enqueue_via(&self, stream: Stream, frame: Vec<u8>, direct: bool) -> bool {
         self.ensure_writer(stream);
-        if self.held(stream) {
+        if !direct || self.held(stream) {
             return self.lane(stream).queue(frame);
         }
         let faults = self.remoting.faults.as_ref();

@@ -33,8 +33,9 @@ thread_local! {
 
 /// Runs `f` with `system` as the decoding system of this thread.
 pub(crate) fn with_system<R>(system: &Arc<SystemShared>, f: impl FnOnce() -> R) -> R {
-    /// What the slot held before: put back when `f` is done if it was
-    /// active (a nested call for another system).
+    /// What the slot held before, put back when `f` is done: whether it
+    /// was active, and its system if that was another one in use (a nested
+    /// call).
     struct Restore {
         was_active: bool,
         previous: Option<Weak<SystemShared>>,
@@ -42,11 +43,10 @@ pub(crate) fn with_system<R>(system: &Arc<SystemShared>, f: impl FnOnce() -> R) 
     impl Drop for Restore {
         fn drop(&mut self) {
             let previous = self.previous.take();
-            let was_active = self.was_active;
             CURRENT.with(|c| {
                 let mut c = c.borrow_mut();
-                c.active = was_active;
-                if let (true, Some(previous)) = (was_active, previous) {
+                c.active = self.was_active;
+                if let Some(previous) = previous {
                     c.system = previous;
                 }
             });
@@ -61,8 +61,14 @@ pub(crate) fn with_system<R>(system: &Arc<SystemShared>, f: impl FnOnce() -> R) 
         if same && c.active {
             return None;
         }
-        let previous = (!same).then(|| std::mem::replace(&mut c.system, Arc::downgrade(system)));
         let was_active = std::mem::replace(&mut c.active, true);
+        let previous = if same {
+            None
+        } else {
+            let old = std::mem::replace(&mut c.system, Arc::downgrade(system));
+            // Put back only under an active caller; else this one stays.
+            was_active.then_some(old)
+        };
         Some(Restore {
             was_active,
             previous,
