@@ -25,20 +25,34 @@
 //! keeps a job from waiting while every worker sleeps is in [`Pool`], and
 //! is model-checked with loom.
 //!
-//! A task that yields goes to the back of the local queue. An actor that
+//! A worker *keeps* the jobs of its own that it queues (a task that
+//! yields, the job a newer wake pushed out of the next slot, an activation
+//! that goes behind the job its turn woke): while every job in its queue
+//! is kept, it is awake and they are few ([`KEPT_AT_MOST`]), the other
+//! workers leave them for [`KEPT_PATIENCE`], and then take one only if
+//! the worker queued no other since (it is held up in one job) or it had
+//! more than one waiting both times (more work than one thread does).
+//! New tasks and the actors a
+//! connection's reader hands on are not kept: any free worker takes them
+//! at once. A task that yields is most often one that feeds an actor (a
+//! sender that yields every so many tells), and the actor is in the next
+//! slot: taken by an idle worker, the sender ran on one core and its
+//! receiver on the other, which split one pair of actors over two cores at
+//! a third of the speed of one (BENCHMARKS.md, "Kept jobs"). An actor that
 //! used up its `throughput` goes into the next slot if its activation woke
 //! no other job, else to the back: behind the sender's yielded task it
 //! would let its mailbox grow by a whole turn of the sender's each time. A
 //! worker takes its next slot at most [`MAX_NEXT_IN_A_ROW`] times in a row
 //! and looks at the injection queue every [`INJECTED_EVERY`] jobs, so that
-//! no job waits for ever behind others. A handler that blocks its thread holds up the
-//! job in that thread's next slot (never block in a handler: the guide's
-//! "How actors run"); everything else is taken by the other workers. So
+//! no job waits for ever behind others. A handler that blocks its thread
+//! holds up the job in that thread's next slot (never block in a handler:
+//! the guide's "How actors run"); everything else is taken by the other
+//! workers (its kept jobs after [`KEPT_PATIENCE`]). So
 //! does a handler that computes for long: the actor it told waits for the
 //! end of its activation, as a task in tokio's LIFO slot does.
 
 use crate::cell::AnyCell;
-use crate::sync::{fence, AtomicUsize, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 
 /// Most times in a row a worker runs the job in its next slot before it
@@ -52,6 +66,17 @@ const INJECTED_EVERY: u32 = 61;
 /// Jobs a worker's local queue holds; more go to the injection queue.
 const LOCAL_CAPACITY: usize = 256;
 
+/// How long other workers leave a worker's kept jobs before they look
+/// again and may take one: long enough for many activations, short enough
+/// that a worker that runs a long handler, or that the operating system
+/// does not run, holds its kept jobs up a moment only.
+const KEPT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Most jobs a worker keeps in its queue: with more (an actor that tells
+/// many idle actors, each pushing the last out of the next slot), they are
+/// open to the other workers at once.
+const KEPT_AT_MOST: usize = 2;
+
 /// Rounds a worker looks for work (yielding its thread in between) before
 /// it goes to sleep: waking a sleeping thread costs far more than a look.
 const SEARCH_ROUNDS: u32 = 4;
@@ -61,8 +86,11 @@ const SEARCH_ROUNDS: u32 = 4;
 pub(crate) enum Place {
     /// The worker's next slot: woken by the running job, it runs next.
     Next,
-    /// The back of the worker's queue: a job that yields, or a new task.
+    /// The back of the worker's queue: a new task, or a batch's actor.
     Back,
+    /// The back of the worker's queue, kept for this worker: a task that
+    /// yielded (or an activation that continues as a task).
+    Yielded,
     /// The next slot if the running job woke nothing, else the back: an
     /// activation that used up its `throughput`. Its turn is bounded by
     /// [`MAX_NEXT_IN_A_ROW`] as any next job's, but it does not go behind
@@ -100,9 +128,13 @@ impl Job {
 /// them sees the other: no job is left in a queue while every worker sleeps.
 pub(crate) struct Pool<J> {
     injected: Queue<J>,
-    locals: Box<[Queue<J>]>,
+    locals: Box<[Queue<Queued<J>>]>,
+    workers: Box<[WorkerState]>,
     /// Workers counted as sleeping (read without the lock by schedulers).
     sleeping: AtomicUsize,
+    /// Of those, the ones that sleep until woken (not for a kept job's
+    /// [`KEPT_PATIENCE`]).
+    untimed: AtomicUsize,
     /// The sleeping workers, most recent last.
     sleepers: Mutex<Vec<usize>>,
     parkers: Box<[Parker]>,
@@ -114,7 +146,9 @@ impl<J> Pool<J> {
         Pool {
             injected: Queue::new(usize::MAX),
             locals: (0..workers).map(|_| Queue::new(LOCAL_CAPACITY)).collect(),
+            workers: (0..workers).map(|_| WorkerState::new()).collect(),
             sleeping: AtomicUsize::new(0),
+            untimed: AtomicUsize::new(0),
             sleepers: Mutex::new(Vec::with_capacity(workers)),
             parkers: (0..workers).map(|_| Parker::new()).collect(),
         }
@@ -129,39 +163,119 @@ impl<J> Pool<J> {
     }
 
     /// Queues a job at the back of worker `w`'s queue (the injection queue
-    /// when it is full) and wakes a sleeping worker to steal it, if any.
+    /// when it is full) and wakes a sleeping worker to steal it, if any:
+    /// a new task, or an actor a connection's reader hands on, which any
+    /// free worker should take.
     pub(crate) fn push_local(&self, w: usize, job: J) {
-        match self.locals[w].push(job) {
+        match self.locals[w].push(Queued { job, kept: false }) {
             Ok(()) => self.wake_one(),
-            Err(job) => self.inject(job),
+            Err(queued) => self.inject(queued.job),
         }
+    }
+
+    /// Queues a job of worker `w`'s own at the back of its queue, kept for
+    /// `w` (see [`KEPT_PATIENCE`]): a task that yielded on it, or a job
+    /// woken by an earlier job there. While `w` keeps every job in its
+    /// queue, only a worker that sleeps until woken is woken (it waits out
+    /// the patience in its next sleep); else one is woken as for any job.
+    pub(crate) fn push_kept(&self, w: usize, job: J) {
+        let state = &self.workers[w];
+        // Only `w` writes `pushes`: a load and a store do.
+        let pushes = state.pushes.load(Ordering::Relaxed);
+        state
+            .pushes
+            .store(pushes.wrapping_add(1), Ordering::Relaxed);
+        state.queued_kept.fetch_add(1, Ordering::Relaxed);
+        match self.locals[w].push(Queued { job, kept: true }) {
+            Ok(()) if self.keeps(w).is_some() => self.wake_untimed(),
+            Ok(()) => self.wake_one(),
+            Err(queued) => {
+                state.queued_kept.fetch_sub(1, Ordering::Relaxed);
+                self.inject(queued.job)
+            }
+        }
+    }
+
+    /// Takes the job at the front of worker `v`'s queue.
+    fn pop_local(&self, v: usize) -> Option<J> {
+        let queued = self.locals[v].pop()?;
+        if queued.kept {
+            self.workers[v].queued_kept.fetch_sub(1, Ordering::Relaxed);
+        }
+        Some(queued.job)
     }
 
     /// Queues a job on worker `w`'s own queue from `w` itself between
     /// jobs (driving the reactor, perhaps on its way to sleep): `w` wakes
     /// if it was asleep, and no other worker is woken for it.
     fn push_own(&self, w: usize, job: J) {
-        match self.locals[w].push(job) {
+        match self.locals[w].push(Queued { job, kept: false }) {
             Ok(()) => self.wake(w),
-            Err(job) => self.inject(job),
+            Err(queued) => self.inject(queued.job),
         }
     }
 
     /// A job for worker `w`: its own queue, the injection queue, then
-    /// another worker's queue.
-    pub(crate) fn find(&self, w: usize) -> Option<J> {
-        if let Some(job) = self.locals[w].pop() {
-            return Some(job);
+    /// another worker's queue, unless that worker keeps every job in it.
+    /// `waited` is what `w` saw of a worker's kept jobs before it waited
+    /// [`KEPT_PATIENCE`]: one of them is taken now if that worker queued
+    /// none since (it is stuck in one job), or if it had more than one
+    /// waiting both times (more than it runs alone). When nothing is found,
+    /// the error holds the kept jobs left this time, if any.
+    pub(crate) fn find(&self, w: usize, waited: Option<Left>) -> Result<J, Option<Left>> {
+        if let Some(job) = self.pop_local(w) {
+            return Ok(job);
         }
         if let Some(job) = self.injected.pop() {
-            return Some(job);
+            return Ok(job);
         }
         let n = self.locals.len();
-        (1..n).find_map(|i| self.locals[(w + i) % n].pop())
+        let mut left = None;
+        for v in (1..n).map(|i| (w + i) % n) {
+            if self.locals[v].is_empty() {
+                continue;
+            }
+            if let Some(now) = self.keeps(v) {
+                let overdue = waited.is_some_and(|then| {
+                    then.worker == v
+                        && (then.pushes == now.pushes || (then.queued > 1 && now.queued > 1))
+                });
+                if !overdue {
+                    left = Some(now);
+                    continue;
+                }
+            }
+            if let Some(job) = self.pop_local(v) {
+                return Ok(job);
+            }
+        }
+        Err(left)
     }
 
-    fn has_work(&self) -> bool {
-        !self.injected.is_empty() || self.locals.iter().any(|q| !q.is_empty())
+    /// What worker `v` keeps, if it keeps every job in its queue: it is
+    /// awake (so it looks at its own queue before it sleeps, and nothing
+    /// is left behind), queued them all itself as kept, and has no more
+    /// than [`KEPT_AT_MOST`].
+    fn keeps(&self, v: usize) -> Option<Left> {
+        let state = &self.workers[v];
+        if !state.awake.load(Ordering::Relaxed) {
+            return None;
+        }
+        let queued = self.locals[v].len();
+        let kept = state.queued_kept.load(Ordering::Relaxed);
+        (queued <= kept && queued <= KEPT_AT_MOST).then(|| Left {
+            worker: v,
+            pushes: state.pushes.load(Ordering::Relaxed),
+            queued,
+        })
+    }
+
+    /// Whether there is a job worker `w` may take now.
+    fn has_work(&self, w: usize) -> bool {
+        !self.injected.is_empty()
+            || !self.locals[w].is_empty()
+            || (0..self.locals.len())
+                .any(|v| v != w && !self.locals[v].is_empty() && self.keeps(v).is_none())
     }
 
     /// Wakes a sleeping worker, if there is one. Called after a push.
@@ -173,13 +287,46 @@ impl<J> Pool<J> {
         let woken = {
             let mut sleepers = lock(&self.sleepers);
             let w = sleepers.pop();
-            if w.is_some() {
-                self.sleeping.fetch_sub(1, Ordering::SeqCst);
+            if let Some(w) = w {
+                self.uncount(w);
             }
             w
         };
         if let Some(w) = woken {
             self.parkers[w].unpark();
+        }
+    }
+
+    /// Wakes a worker that sleeps until woken, if there is one. Called
+    /// after a kept job's push: such a worker would not see the job again
+    /// by itself, where one that waits out the patience will.
+    fn wake_untimed(&self) {
+        fence(Ordering::SeqCst);
+        if self.untimed.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let woken = {
+            let mut sleepers = lock(&self.sleepers);
+            let at = sleepers
+                .iter()
+                .rposition(|&s| !self.workers[s].timed.load(Ordering::Relaxed));
+            at.map(|i| {
+                let w = sleepers.swap_remove(i);
+                self.uncount(w);
+                w
+            })
+        };
+        if let Some(w) = woken {
+            self.parkers[w].unpark();
+        }
+    }
+
+    /// Counts worker `w`, just taken off the sleepers, as awake (under
+    /// the sleepers' lock).
+    fn uncount(&self, w: usize) {
+        self.sleeping.fetch_sub(1, Ordering::SeqCst);
+        if !self.workers[w].timed.load(Ordering::Relaxed) {
+            self.untimed.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -197,7 +344,7 @@ impl<J> Pool<J> {
         match sleepers.iter().position(|&s| s == w) {
             Some(i) => {
                 sleepers.swap_remove(i);
-                self.sleeping.fetch_sub(1, Ordering::SeqCst);
+                self.uncount(w);
                 true
             }
             None => false,
@@ -207,15 +354,21 @@ impl<J> Pool<J> {
     /// Counts worker `w` as sleeping, unless work arrived meanwhile. True
     /// when it may wait (on the token it took from its parker before this
     /// call); then, woken or not, it calls [`end_sleep`](Self::end_sleep).
-    pub(crate) fn begin_sleep(&self, w: usize) -> bool {
+    pub(crate) fn begin_sleep(&self, w: usize, timed: bool) -> bool {
+        self.workers[w].awake.store(false, Ordering::Relaxed);
         {
             let mut sleepers = lock(&self.sleepers);
             sleepers.push(w);
+            self.workers[w].timed.store(timed, Ordering::Relaxed);
             self.sleeping.fetch_add(1, Ordering::SeqCst);
+            if !timed {
+                self.untimed.fetch_add(1, Ordering::SeqCst);
+            }
         }
         fence(Ordering::SeqCst);
-        if self.has_work() {
+        if self.has_work(w) {
             self.unlist(w);
+            self.workers[w].awake.store(true, Ordering::Relaxed);
             return false;
         }
         true
@@ -225,6 +378,61 @@ impl<J> Pool<J> {
     /// off already), so that it is never on them twice.
     pub(crate) fn end_sleep(&self, w: usize) {
         self.unlist(w);
+        self.workers[w].awake.store(true, Ordering::Relaxed);
+    }
+
+    /// Worker `w` is blocked inside a job (`outside_jobs`): what it keeps
+    /// is for the others to take, and one is woken for it. `false` when it
+    /// is back.
+    fn set_blocked(&self, w: usize, blocked: bool) {
+        self.workers[w].awake.store(!blocked, Ordering::Relaxed);
+        if blocked && !self.locals[w].is_empty() {
+            self.wake_one();
+        }
+    }
+}
+
+/// A job in a worker's queue, and whether that worker keeps it.
+struct Queued<J> {
+    job: J,
+    kept: bool,
+}
+
+/// What a worker saw of another's kept jobs, to compare after a wait.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Left {
+    worker: usize,
+    /// That worker's count of kept jobs it queued.
+    pushes: usize,
+    /// The jobs in its queue.
+    queued: usize,
+}
+
+/// What the other workers read of one worker, on a cache line of its own
+/// (the worker writes it as it queues kept jobs and sleeps).
+#[repr(align(128))]
+struct WorkerState {
+    /// False while it sleeps (or blocks in `outside_jobs`); an awake
+    /// worker looks at its own queue before it sleeps.
+    awake: AtomicBool,
+    /// Whether it sleeps for a kept job's patience (rather than until
+    /// woken); written and read under the sleepers' lock.
+    timed: AtomicBool,
+    /// Kept jobs it has queued, ever (wrapping): unchanged over a wait
+    /// means it is stuck in one job.
+    pushes: AtomicUsize,
+    /// Kept jobs in its queue now.
+    queued_kept: AtomicUsize,
+}
+
+impl WorkerState {
+    fn new() -> Self {
+        WorkerState {
+            awake: AtomicBool::new(true),
+            timed: AtomicBool::new(false),
+            pushes: AtomicUsize::new(0),
+            queued_kept: AtomicUsize::new(0),
+        }
     }
 }
 
@@ -302,6 +510,9 @@ impl<T> Queue<T> {
     fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// Under loom, a queue shaped like concurrent-queue's, made of atomics that
@@ -361,6 +572,10 @@ impl<T> Queue<T> {
     }
     fn is_empty(&self) -> bool {
         self.head.load(Ordering::Acquire) == self.tail.load(Ordering::Acquire)
+    }
+    fn len(&self) -> usize {
+        let head = self.head.load(Ordering::Acquire);
+        self.tail.load(Ordering::Acquire).saturating_sub(head)
     }
 }
 
@@ -429,7 +644,7 @@ pub(crate) fn schedule(job: Job, place: Place) {
                         None => here.next.set(job.take()),
                         woken => here.next.set(woken),
                     },
-                    Place::Back => {}
+                    Place::Back | Place::Yielded => {}
                 }
                 At::Running(w)
             }
@@ -438,8 +653,13 @@ pub(crate) fn schedule(job: Job, place: Place) {
     let Some(job) = job else { return };
     let pool = &*POOL;
     match at {
-        // A job for the back, or the one the next slot held.
-        At::Running(w) => pool.push_local(w, job),
+        // A task that yielded, or the job the next slot held (woken by an
+        // earlier job here, for this worker): kept for it if alone.
+        // A new task or a batch's actor, for whichever worker is free.
+        At::Running(w) if place == Place::Back => pool.push_local(w, job),
+        // A task that yielded, the job the next slot held, or an activation
+        // that goes behind the job its turn woke: this worker's own work.
+        At::Running(w) => pool.push_kept(w, job),
         // A worker between jobs, driving the reactor: its own queue, and
         // it wakes if it was asleep. (When it is busy, polling the reactor
         // in its yield, an idle worker is not woken: the job waits behind
@@ -488,6 +708,9 @@ async fn work(w: usize) {
     let pool = &*POOL;
     let mut ticks: u32 = 0;
     let mut next_in_a_row: u32 = 0;
+    // A job another worker kept, which this one left and then waited
+    // `KEPT_PATIENCE` for.
+    let mut waited: Option<Left> = None;
     loop {
         ticks = ticks.wrapping_add(1);
         let injected_first = ticks.is_multiple_of(INJECTED_EVERY);
@@ -501,40 +724,59 @@ async fn work(w: usize) {
             // (the next job stays, and runs right after).
             if injected_first {
                 if let Some(job) = pool.injected.pop() {
-                    return Some(job);
+                    return Ok(job);
                 }
             }
             if next_in_a_row < MAX_NEXT_IN_A_ROW {
                 if let Some(job) = here.next.take() {
                     next_in_a_row += 1;
-                    return Some(job);
+                    return Ok(job);
                 }
             } else if let Some(job) = here.next.take() {
-                // Its turn is over: to the back, behind what waits.
-                pool.push_local(w, job);
+                // Its turn is over: to the back, behind what waits (and
+                // kept for this worker if nothing does).
+                pool.push_kept(w, job);
             }
             next_in_a_row = 0;
-            let mut found = pool.find(w);
+            let mut found = pool.find(w, waited.take());
             let mut round = 0;
-            while found.is_none() && round < SEARCH_ROUNDS {
+            while found.is_err() && round < SEARCH_ROUNDS {
                 std::thread::yield_now();
-                found = pool.find(w);
+                found = pool.find(w, None);
                 round += 1;
             }
             found
         });
         match job {
-            Some(job) => run(job),
-            None => {
+            Ok(job) => run(job),
+            Err(left) => {
                 #[cfg(not(troupe_loom))]
                 {
                     let token = pool.parkers[w].prepare();
-                    if pool.begin_sleep(w) {
-                        token.await;
+                    if pool.begin_sleep(w, left.is_some()) {
+                        match left {
+                            // Woken, or the kept job has waited long
+                            // enough: it is taken if it is still the same.
+                            Some(left) => {
+                                let waited_out = async {
+                                    async_io::Timer::after(KEPT_PATIENCE).await;
+                                    Some(left)
+                                };
+                                waited = futures_lite::future::or(
+                                    async {
+                                        token.await;
+                                        None
+                                    },
+                                    waited_out,
+                                )
+                                .await;
+                            }
+                            None => token.await,
+                        }
                     }
                 }
                 #[cfg(troupe_loom)]
-                if pool.begin_sleep(w) {
+                if pool.begin_sleep(w, left.is_some()) {
                     pool.parkers[w].park();
                 }
                 pool.end_sleep(w);
@@ -567,6 +809,7 @@ pub(crate) fn outside_jobs<T>(f: impl FnOnce() -> T) -> T {
     impl Drop for Restore {
         fn drop(&mut self) {
             if let Some(w) = self.0 {
+                POOL.set_blocked(w, false);
                 let _ = HERE.try_with(|here| here.worker.set(Some(w)));
             }
         }
@@ -577,6 +820,7 @@ pub(crate) fn outside_jobs<T>(f: impl FnOnce() -> T) -> T {
             if let Some(job) = here.next.take() {
                 POOL.push_local(w, job);
             }
+            POOL.set_blocked(w, true);
             Some(w)
         })
         .ok()
@@ -598,12 +842,17 @@ mod tests {
         pool: Arc<Pool<usize>>,
         w: usize,
         jobs: usize,
+        kept: bool,
         ran: Arc<[AtomicUsize; 4]>,
         stop: Arc<AtomicBool>,
     ) {
         loop {
-            match pool.find(w) {
-                Some(j) => {
+            match pool.find(w, None) {
+                Ok(j) => {
+                    // Job 0 yields: job 1 is what it queues as kept.
+                    if kept && j == 0 {
+                        pool.push_kept(w, 1);
+                    }
                     ran[j].fetch_add(1, Ordering::SeqCst);
                     if ran[3].fetch_add(1, Ordering::SeqCst) + 1 == jobs {
                         stop.store(true, Ordering::SeqCst);
@@ -612,9 +861,11 @@ mod tests {
                         }
                     }
                 }
-                None if stop.load(Ordering::SeqCst) => return,
-                None => {
-                    if pool.begin_sleep(w) {
+                Err(_) if stop.load(Ordering::SeqCst) => return,
+                // A worker that left a kept job sleeps until woken here
+                // too: loom has no clock, and the job's owner runs it.
+                Err(left) => {
+                    if pool.begin_sleep(w, left.is_some()) {
                         pool.parkers[w].park();
                     }
                     pool.end_sleep(w);
@@ -630,8 +881,10 @@ mod tests {
     /// exactly once, and a job left while every worker sleeps is a
     /// deadlock, which loom reports. One worker with three jobs at
     /// `.ci/run`'s three preemptions; two workers (stealing) with two jobs
-    /// at two, which takes seconds where three jobs take minutes.
-    fn model(workers: usize, jobs: usize) {
+    /// at two, which takes seconds where three jobs take minutes. With
+    /// `kept`, job 1 is not pushed from outside: whichever worker runs job
+    /// 0 queues it as kept, as a task that yields does.
+    fn model(workers: usize, jobs: usize, kept: bool) {
         let mut builder = loom::model::Builder::new();
         builder.max_threads = 4;
         if workers > 1 {
@@ -645,11 +898,13 @@ mod tests {
             let threads: Vec<_> = (0..workers)
                 .map(|w| {
                     let (pool, ran, stop) = (pool.clone(), ran.clone(), stop.clone());
-                    loom::thread::spawn(move || worker(pool, w, jobs, ran, stop))
+                    loom::thread::spawn(move || worker(pool, w, jobs, kept, ran, stop))
                 })
                 .collect();
             pool.inject(0);
-            pool.push_local(workers - 1, 1);
+            if !kept {
+                pool.push_local(workers - 1, 1);
+            }
             if jobs > 2 {
                 pool.inject(2);
             }
@@ -664,11 +919,18 @@ mod tests {
 
     #[test]
     fn loom_one_worker() {
-        model(1, 3);
+        model(1, 3, false);
     }
 
     #[test]
     fn loom_two_workers() {
-        model(2, 2);
+        model(2, 2, false);
+    }
+
+    /// A kept job (a yield) while the other worker looks for work and
+    /// sleeps: it runs exactly once, and nobody sleeps with it left.
+    #[test]
+    fn loom_two_workers_kept_job() {
+        model(2, 2, true);
     }
 }

@@ -130,21 +130,25 @@ where
 /// Spawns a task that nobody awaits (activations that have to wait): no
 /// panic wrapper or stored output, as before the dispatcher. Activations
 /// catch their handlers' panics; one escaping the task is logged by the
-/// worker that ran it.
+/// worker that ran it. The task goes behind this worker's queue as a
+/// yielded task does, kept for this worker while it is alone there: it is
+/// the activation that was running here, and the actors it tells wait
+/// here in the next slot.
 pub(crate) fn spawn_detached<F>(future: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
     let (runnable, task) = async_task::spawn(future, async_task::WithInfo(schedule_task));
     task.detach();
-    dispatcher::schedule(Job::Task(runnable), Place::Back);
+    dispatcher::schedule(Job::Task(runnable), Place::Yielded);
 }
 
 /// Where a woken task goes: a task that woke itself while it ran (a
-/// yield) to the back of the queue, one woken by another job next.
+/// yield) to the back of the queue, kept for this worker, one woken by
+/// another job next.
 fn schedule_task(runnable: async_task::Runnable, info: async_task::ScheduleInfo) {
     let place = if info.woken_while_running {
-        Place::Back
+        Place::Yielded
     } else {
         Place::Next
     };

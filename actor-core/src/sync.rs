@@ -2,6 +2,6 @@
 //! model-checked versions under `--cfg troupe_loom`.
 
 #[cfg(troupe_loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 #[cfg(not(troupe_loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
