@@ -270,12 +270,18 @@ impl<J> Pool<J> {
         })
     }
 
-    /// Whether there is a job worker `w` may take now.
-    fn has_work(&self, w: usize) -> bool {
+    /// Whether worker `w`, on its way to sleep, should look again: there is
+    /// a job it may take now, or (unless it sleeps `timed`, for the
+    /// patience) kept jobs it has not seen. A worker that found none and
+    /// would sleep until woken could otherwise miss a kept job queued just
+    /// before (its push woke nobody), and leave it for as long as its
+    /// worker is held up.
+    fn has_work(&self, w: usize, timed: bool) -> bool {
         !self.injected.is_empty()
             || !self.locals[w].is_empty()
-            || (0..self.locals.len())
-                .any(|v| v != w && !self.locals[v].is_empty() && self.keeps(v).is_none())
+            || (0..self.locals.len()).any(|v| {
+                v != w && !self.locals[v].is_empty() && (!timed || self.keeps(v).is_none())
+            })
     }
 
     /// Wakes a sleeping worker, if there is one. Called after a push.
@@ -366,7 +372,7 @@ impl<J> Pool<J> {
             }
         }
         fence(Ordering::SeqCst);
-        if self.has_work(w) {
+        if self.has_work(w, timed) {
             self.unlist(w);
             self.workers[w].awake.store(true, Ordering::Relaxed);
             return false;
