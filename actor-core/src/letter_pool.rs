@@ -9,12 +9,18 @@
 //! The pool keeps freed letter blocks by exact layout, in magazines (a
 //! chain of up to [`MAGAZINE`] blocks): each thread has one magazine per
 //! size class and allocates from it and frees into it with no atomic
-//! operation. A thread whose magazine is full (an actor's thread that
-//! frees what others sent) hands it to the class's depot; a thread whose
-//! magazine is empty (a sender) takes a full one from there: one lock per
-//! [`MAGAZINE`] letters on each side, instead of contended allocator
-//! operations on every letter. This is Bonwick's magazine and depot
-//! design.
+//! operation. A thread whose magazine is full keeps it, up to
+//! [`LOCAL_MAGAZINES`] of them, and then hands it to the class's depot (an
+//! actor's thread that frees what others sent); a thread whose magazine
+//! is empty takes one of its own full ones, or else a full one from the
+//! depot (a sender): one lock per [`MAGAZINE`] letters on each side,
+//! instead of contended allocator operations on every letter. This is
+//! Bonwick's magazine and depot design. The magazines a thread keeps are
+//! for a sender and its receiver on one thread (the dispatcher keeps them
+//! there), whose bursts of letters go through more than one magazine:
+//! through the depot, the blocks of two such pairs went from core to core,
+//! and two pairs on two cores told a third as fast as two processes of one
+//! pair each (BENCHMARKS.md, "Kept jobs").
 //!
 //! Every block of a class was allocated from the global allocator with
 //! exactly that class's layout, which is the layout of the letters it
@@ -31,6 +37,13 @@ use std::sync::Mutex;
 
 /// Blocks kept per magazine.
 const MAGAZINE: usize = 64;
+
+/// Full magazines a thread keeps per class for itself before it hands
+/// them to the depot: a sender that tells a burst of letters to an actor
+/// on its own thread gets them back from its own magazines, so blocks do
+/// not go through the depot, shared by every thread, and so to another
+/// core.
+const LOCAL_MAGAZINES: usize = 16;
 
 /// Full magazines kept per class in the depot.
 const DEPOT_MAGAZINES: usize = 16;
@@ -137,23 +150,39 @@ impl Depot {
 
 static DEPOTS: [Depot; CLASSES] = [Depot::NEW; CLASSES];
 
-/// A thread's magazines, one per class; handed to the depots when the
-/// thread exits.
-struct Local([Magazine; CLASSES]);
+/// A thread's magazines of one class: the one it allocates from and frees
+/// into, and full ones it keeps for itself (up to [`LOCAL_MAGAZINES`]).
+struct Class {
+    current: Magazine,
+    full: Vec<Magazine>,
+}
+
+impl Class {
+    const EMPTY: Class = Class {
+        current: Magazine::EMPTY,
+        full: Vec::new(),
+    };
+}
+
+/// A thread's magazines, by class; handed to the depots when the thread
+/// exits.
+struct Local([Class; CLASSES]);
 
 impl Drop for Local {
     fn drop(&mut self) {
-        for (class, m) in self.0.iter_mut().enumerate() {
-            if m.len > 0 {
-                let m = std::mem::replace(m, Magazine::EMPTY);
-                DEPOTS[class].give(m, class_layout(class));
+        for (class, c) in self.0.iter_mut().enumerate() {
+            let current = std::mem::replace(&mut c.current, Magazine::EMPTY);
+            for m in std::iter::once(current).chain(c.full.drain(..)) {
+                if m.len > 0 {
+                    DEPOTS[class].give(m, class_layout(class));
+                }
             }
         }
     }
 }
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const { RefCell::new(Local([Magazine::EMPTY; CLASSES])) };
+    static LOCAL: RefCell<Local> = const { RefCell::new(Local([Class::EMPTY; CLASSES])) };
 }
 
 /// The class of blocks of exactly `layout`, if it is pooled.
@@ -176,11 +205,14 @@ pub(crate) fn allocate(layout: Layout) -> NonNull<u8> {
     if let Some(class) = class_of(layout) {
         let recycled = LOCAL.try_with(|l| {
             let mut l = l.try_borrow_mut().ok()?;
-            let m = &mut l.0[class];
-            if m.len == 0 {
-                *m = DEPOTS[class].take()?;
+            let c = &mut l.0[class];
+            if c.current.len == 0 {
+                c.current = match c.full.pop() {
+                    Some(m) => m,
+                    None => DEPOTS[class].take()?,
+                };
             }
-            m.pop()
+            c.current.pop()
         });
         if let Ok(Some(block)) = recycled {
             return block;
@@ -205,14 +237,18 @@ pub(crate) unsafe fn release(block: NonNull<u8>, layout: Layout) {
             let Ok(mut l) = l.try_borrow_mut() else {
                 return false;
             };
-            let m = &mut l.0[class];
-            if m.len == MAGAZINE {
-                let full = std::mem::replace(m, Magazine::EMPTY);
-                DEPOTS[class].give(full, layout);
+            let c = &mut l.0[class];
+            if c.current.len == MAGAZINE {
+                let full = std::mem::replace(&mut c.current, Magazine::EMPTY);
+                if c.full.len() < LOCAL_MAGAZINES {
+                    c.full.push(full);
+                } else {
+                    DEPOTS[class].give(full, layout);
+                }
             }
             // SAFETY: the caller gives the block up, and its layout is the
             // class's, so it belongs in this magazine.
-            unsafe { m.push(block) };
+            unsafe { c.current.push(block) };
             true
         });
         if kept == Ok(true) {
@@ -261,6 +297,48 @@ mod tests {
             unsafe { release(a, layout) };
         }
         assert_eq!(class_of(Layout::new::<Letterish>()), Some(5));
+    }
+
+    /// A burst freed on the thread that allocated it stays with that
+    /// thread (up to `LOCAL_MAGAZINES` full magazines), not in the depot,
+    /// where another thread (on another core) would take it.
+    #[test]
+    fn a_burst_freed_on_its_own_thread_stays_with_that_thread() {
+        // A class no other test uses, so that the depot is this test's.
+        let layout = Layout::from_size_align(232, 8).unwrap();
+        let burst = LOCAL_MAGAZINES * MAGAZINE;
+        let blocks: Vec<NonNull<u8>> = (0..burst).map(|_| allocate(layout)).collect();
+        let mine: HashSet<usize> = blocks.iter().map(|b| b.as_ptr() as usize).collect();
+        for block in blocks {
+            // SAFETY: allocated above with `layout`, not used.
+            unsafe { release(block, layout) };
+        }
+        let class = class_of(layout).unwrap();
+        assert_eq!(
+            DEPOTS[class].count.load(Ordering::Relaxed),
+            0,
+            "the burst went to the depot"
+        );
+        // Another thread finds none of them.
+        let other: Vec<usize> = std::thread::spawn(move || {
+            let blocks: Vec<NonNull<u8>> = (0..MAGAZINE).map(|_| allocate(layout)).collect();
+            let addrs = blocks.iter().map(|b| b.as_ptr() as usize).collect();
+            for block in blocks {
+                // SAFETY: allocated just above with `layout`, not used.
+                unsafe { release(block, layout) };
+            }
+            addrs
+        })
+        .join()
+        .unwrap();
+        assert!(other.iter().all(|a| !mine.contains(a)));
+        // This thread gets them back, all of them.
+        let again: Vec<NonNull<u8>> = (0..burst).map(|_| allocate(layout)).collect();
+        assert!(again.iter().all(|b| mine.contains(&(b.as_ptr() as usize))));
+        for block in again {
+            // SAFETY: as above.
+            unsafe { release(block, layout) };
+        }
     }
 
     /// A sender thread allocates, an actor's thread frees: the blocks come
