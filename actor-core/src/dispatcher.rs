@@ -70,6 +70,8 @@ const LOCAL_CAPACITY: usize = 256;
 /// again and may take one: long enough for many activations, short enough
 /// that a worker that runs a long handler, or that the operating system
 /// does not run, holds its kept jobs up a moment only.
+// Loom has no clock: its workers sleep until woken.
+#[cfg_attr(troupe_loom, allow(dead_code))]
 const KEPT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Most jobs a worker keeps in its queue: with more (an actor that tells
@@ -136,7 +138,7 @@ pub(crate) struct Pool<J> {
     /// [`KEPT_PATIENCE`]).
     untimed: AtomicUsize,
     /// The sleeping workers, most recent last.
-    sleepers: Mutex<Vec<usize>>,
+    sleepers: Mutex<Vec<Sleeper>>,
     parkers: Box<[Parker]>,
 }
 
@@ -286,54 +288,43 @@ impl<J> Pool<J> {
 
     /// Wakes a sleeping worker, if there is one. Called after a push.
     fn wake_one(&self) {
-        fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        let woken = {
-            let mut sleepers = lock(&self.sleepers);
-            let w = sleepers.pop();
-            if let Some(w) = w {
-                self.uncount(w);
-            }
-            w
-        };
-        if let Some(w) = woken {
-            self.parkers[w].unpark();
-        }
+        self.wake_latest(&self.sleeping, |_| true);
     }
 
     /// Wakes a worker that sleeps until woken, if there is one. Called
     /// after a kept job's push: such a worker would not see the job again
     /// by itself, where one that waits out the patience will.
     fn wake_untimed(&self) {
+        self.wake_latest(&self.untimed, |s| !s.timed);
+    }
+
+    /// Wakes the sleeper most recently asleep of those that `fit`, if
+    /// `count` (the count of such sleepers, read without the lock after
+    /// the fence of the protocol) is not zero.
+    fn wake_latest(&self, count: &AtomicUsize, fit: impl Fn(&Sleeper) -> bool) {
         fence(Ordering::SeqCst);
-        if self.untimed.load(Ordering::SeqCst) == 0 {
+        if count.load(Ordering::SeqCst) == 0 {
             return;
         }
         let woken = {
             let mut sleepers = lock(&self.sleepers);
-            let at = sleepers
-                .iter()
-                .rposition(|&s| !self.workers[s].timed.load(Ordering::Relaxed));
-            at.map(|i| {
-                let w = sleepers.swap_remove(i);
-                self.uncount(w);
-                w
-            })
+            let at = sleepers.iter().rposition(fit);
+            at.map(|i| self.take_sleeper(&mut sleepers, i))
         };
         if let Some(w) = woken {
             self.parkers[w].unpark();
         }
     }
 
-    /// Counts worker `w`, just taken off the sleepers, as awake (under
-    /// the sleepers' lock).
-    fn uncount(&self, w: usize) {
+    /// Takes the `i`th sleeper off the (locked) sleepers and out of the
+    /// counts; its worker.
+    fn take_sleeper(&self, sleepers: &mut Vec<Sleeper>, i: usize) -> usize {
+        let taken = sleepers.swap_remove(i);
         self.sleeping.fetch_sub(1, Ordering::SeqCst);
-        if !self.workers[w].timed.load(Ordering::Relaxed) {
+        if !taken.timed {
             self.untimed.fetch_sub(1, Ordering::SeqCst);
         }
+        taken.worker
     }
 
     /// Wakes worker `w` itself if it sleeps (a worker that schedules
@@ -347,10 +338,9 @@ impl<J> Pool<J> {
     /// Takes worker `w` off the sleepers; false if it was not on them.
     fn unlist(&self, w: usize) -> bool {
         let mut sleepers = lock(&self.sleepers);
-        match sleepers.iter().position(|&s| s == w) {
+        match sleepers.iter().position(|s| s.worker == w) {
             Some(i) => {
-                sleepers.swap_remove(i);
-                self.uncount(w);
+                self.take_sleeper(&mut sleepers, i);
                 true
             }
             None => false,
@@ -364,8 +354,7 @@ impl<J> Pool<J> {
         self.workers[w].awake.store(false, Ordering::Relaxed);
         {
             let mut sleepers = lock(&self.sleepers);
-            sleepers.push(w);
-            self.workers[w].timed.store(timed, Ordering::Relaxed);
+            sleepers.push(Sleeper { worker: w, timed });
             self.sleeping.fetch_add(1, Ordering::SeqCst);
             if !timed {
                 self.untimed.fetch_add(1, Ordering::SeqCst);
@@ -404,8 +393,15 @@ struct Queued<J> {
     kept: bool,
 }
 
+/// A sleeping worker, and whether it sleeps for a kept job's patience
+/// (rather than until woken).
+struct Sleeper {
+    worker: usize,
+    timed: bool,
+}
+
 /// What a worker saw of another's kept jobs, to compare after a wait.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy)]
 pub(crate) struct Left {
     worker: usize,
     /// That worker's count of kept jobs it queued.
@@ -421,9 +417,6 @@ struct WorkerState {
     /// False while it sleeps (or blocks in `outside_jobs`); an awake
     /// worker looks at its own queue before it sleeps.
     awake: AtomicBool,
-    /// Whether it sleeps for a kept job's patience (rather than until
-    /// woken); written and read under the sleepers' lock.
-    timed: AtomicBool,
     /// Kept jobs it has queued, ever (wrapping): unchanged over a wait
     /// means it is stuck in one job.
     pushes: AtomicUsize,
@@ -435,7 +428,6 @@ impl WorkerState {
     fn new() -> Self {
         WorkerState {
             awake: AtomicBool::new(true),
-            timed: AtomicBool::new(false),
             pushes: AtomicUsize::new(0),
             queued_kept: AtomicUsize::new(0),
         }

@@ -5,7 +5,6 @@
 //! once per process, so the test runs its body in a child process of this
 //! test binary with `ASYNC_STD_THREAD_COUNT=2`.
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,16 +93,5 @@ fn kept_task_child() {
 
 #[test]
 fn a_kept_task_behind_a_long_handler_is_taken_by_another_worker() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "kept_task_child", "--ignored", "--nocapture"])
-        .env("ASYNC_STD_THREAD_COUNT", "2")
-        .env(CHILD, "1")
-        .output()
-        .expect("cannot run this test binary again");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "the two-worker child failed:\n{stdout}\n{stderr}"
-    );
+    common::run_in_child("kept_task_child", CHILD, 2);
 }

@@ -4,7 +4,6 @@
 //! per process, so the test runs its body in a child process of this test
 //! binary with `ASYNC_STD_THREAD_COUNT=1`.
 
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use troupe_core::prelude::*;
@@ -175,16 +174,5 @@ fn one_worker_child() {
 
 #[test]
 fn an_actor_past_its_throughput_runs_again_before_its_sender() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "one_worker_child", "--ignored", "--nocapture"])
-        .env("ASYNC_STD_THREAD_COUNT", "1")
-        .env(CHILD, "1")
-        .output()
-        .expect("cannot run this test binary again");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "the one-worker child failed:\n{stdout}\n{stderr}"
-    );
+    common::run_in_child("one_worker_child", CHILD, 1);
 }

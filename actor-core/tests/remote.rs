@@ -234,14 +234,19 @@ fn path_of(system: &ActorSystem, name: &str) -> String {
     format!("{}/user/{name}", system.remoting().unwrap().address())
 }
 
+/// Spawns a `Counter` named "counter" on `host` and resolves it from `from`.
+fn counter_on(host: &ActorSystem, from: &ActorSystem) -> ActorRef<Counter> {
+    host.spawn_named("counter", Counter::default()).unwrap();
+    from.resolve(&path_of(host, "counter")).unwrap()
+}
+
 #[test]
 fn tell_ask_and_refs_inside_messages() {
     init_logging();
     rt::block_on(async {
         let a = node("a");
         let b = node("b");
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         assert!(counter.is_remote());
         assert_eq!(counter.to_string(), path_of(&b, "counter"));
 
@@ -313,8 +318,7 @@ fn one_senders_messages_keep_their_order() {
     rt::block_on(async {
         let a = node("a");
         let b = node("b");
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         const N: u64 = 100_000;
         for i in 0..N {
             counter.send(Record(i)).await.unwrap();
@@ -342,8 +346,7 @@ fn a_peer_with_a_wrong_secret_is_refused() {
     rt::block_on(async {
         let a = node_with("a", settings("127.0.0.1:0").with_secret("wrong"));
         let b = node("b");
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         counter.tell(Add(1)).unwrap();
         let e = counter
             .ask_timeout(Add(1), Duration::from_millis(500))
@@ -371,8 +374,7 @@ fn garbage_and_oversized_frames_do_not_break_other_traffic() {
         small.max_frame_size = 4096;
         let a = node("a");
         let b = node_with("b", small);
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         assert_eq!(within("first ask", counter.ask(Add(1))).await.unwrap(), 1);
 
         let port = b.remoting().unwrap().address().port();
@@ -574,8 +576,7 @@ fn blackhole_stops_traffic_and_healing_restores_it() {
     rt::block_on(async {
         let a = node("a");
         let b = node("b");
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         assert_eq!(within("ask", counter.ask(Add(1))).await.unwrap(), 1);
 
         let ra = a.remoting().unwrap();
@@ -681,8 +682,7 @@ fn unknown_manifests_and_wrong_versions_are_dropped_and_logged() {
             .unwrap();
         b.register::<Counter, Add>().unwrap();
         a.register::<Counter, Add>().unwrap();
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         let rb = b.remoting().unwrap();
         let before = rb.bad_input_count();
         counter.tell(Record(1)).unwrap();
@@ -801,8 +801,7 @@ fn forward_keeps_the_reply_channel_across_nodes_and_hands_it_back_on_failure() {
     rt::block_on(async {
         let a = node("fa");
         let b = node("fb");
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let remote: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let remote = counter_on(&b, &a);
         let relay = a.spawn(Relay(remote));
         // The asker on `a` is answered by the counter on `b`, through the
         // relay that never waits.
@@ -864,8 +863,7 @@ fn messages_from_another_node_are_decoded_by_their_actor_in_order() {
     rt::block_on(async {
         let a = node("a");
         let b = node("b");
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
 
         // Small messages travel inside their letter, large ones beside it;
         // both decode, in the order they were sent.
@@ -986,8 +984,7 @@ fn queued_and_direct_encoded_sends_to_a_node_keep_their_order() {
     rt::block_on(async {
         let a = node("a");
         let b = node("b");
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         let record = |n: u64| encoded(&a, Record(n));
         // Runs of each kind, with pauses that leave the connection idle
         // (where `send_encoded` writes on this thread) and without.
@@ -1093,8 +1090,7 @@ fn a_receiver_gets_encoded_bytes_on_the_reader_and_send_encoded_writes_them_in_p
         let b = node("b");
         let calls = raw_receiver(&b);
         raw_receiver(&a);
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         let add = |n: u64| encoded(&a, Add(n));
 
         // An ask: the reply comes back as the handler encoded it.
@@ -1234,8 +1230,7 @@ fn held_messages_fill_the_queue_and_go_out_in_order_when_released() {
         s.outbound_queue_size = 10;
         let a = node_with("a", s);
         let b = node("b");
-        b.spawn_named("counter", Counter::default()).unwrap();
-        let counter: ActorRef<Counter> = a.resolve(&path_of(&b, "counter")).unwrap();
+        let counter = counter_on(&b, &a);
         // Connected (the first ask), then held.
         assert_eq!(within("ask", counter.ask(Add(1))).await.unwrap(), 1);
         let faults = a.remoting().unwrap().fault_injector().unwrap();

@@ -42,3 +42,24 @@ pub fn init_logging() {
         .with_test_writer()
         .try_init();
 }
+
+/// Runs the ignored test `test` of this test binary in a child process,
+/// with `ASYNC_STD_THREAD_COUNT=workers` and `marker` set (the child's
+/// body checks the marker, so that the ignored test does nothing when run
+/// with the others), and fails if it does not pass. The dispatcher reads
+/// its worker count once per process, so a test that needs a given count
+/// runs its body this way.
+pub fn run_in_child(test: &str, marker: &str, workers: usize) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--ignored", "--nocapture"])
+        .env("ASYNC_STD_THREAD_COUNT", workers.to_string())
+        .env(marker, "1")
+        .output()
+        .expect("cannot run this test binary again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the child with {workers} worker(s) failed:\n{stdout}\n{stderr}"
+    );
+}
