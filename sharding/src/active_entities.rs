@@ -51,10 +51,11 @@ impl<E: Entity> ActiveEntity<E> {
     }
 }
 
-// Hashed and compared by the actor's name, as `Borrow<str>` requires.
+// Hashed and compared by the bytes of the actor's name, as `Borrow<[u8]>`
+// requires (a reader looks ids up as they came from the network).
 impl<E: Entity> Hash for ActiveEntity<E> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.name().hash(state)
+        self.name().as_bytes().hash(state)
     }
 }
 
@@ -66,9 +67,9 @@ impl<E: Entity> PartialEq for ActiveEntity<E> {
 
 impl<E: Entity> Eq for ActiveEntity<E> {}
 
-impl<E: Entity> Borrow<str> for ActiveEntity<E> {
-    fn borrow(&self) -> &str {
-        self.name()
+impl<E: Entity> Borrow<[u8]> for ActiveEntity<E> {
+    fn borrow(&self) -> &[u8] {
+        self.name().as_bytes()
     }
 }
 
@@ -102,18 +103,17 @@ impl<E: Entity> Default for Table<E> {
 
 impl<E: Entity> Table<E> {
     fn get(&self, id: &str) -> Option<&ActiveEntity<E>> {
-        match self.named.get(id) {
-            Some(e) => Some(e),
-            None if self.aliased.is_empty() => None,
-            None => self.aliased.get(id),
-        }
+        self.get_key_value(id.as_bytes()).map(|(_, e)| e)
     }
 
-    fn get_key_value(&self, id: &str) -> Option<(&EntityId, &ActiveEntity<E>)> {
+    /// An id's entry; `id` as bytes (a valid id's).
+    fn get_key_value(&self, id: &[u8]) -> Option<(&EntityId, &ActiveEntity<E>)> {
         match self.named.get(id) {
             Some(e) => e.actor.given_name().map(|n| (n, e)),
             None if self.aliased.is_empty() => None,
-            None => self.aliased.get_key_value(id),
+            None => std::str::from_utf8(id)
+                .ok()
+                .and_then(|id| self.aliased.get_key_value(id)),
         }
     }
 
@@ -124,13 +124,15 @@ impl<E: Entity> Table<E> {
             }
             self.named.replace(entity);
         } else {
-            self.named.remove(&*id);
+            self.named.remove(id.as_bytes());
             self.aliased.insert(id, entity);
         }
     }
 
     fn remove(&mut self, id: &str) -> Option<ActiveEntity<E>> {
-        self.named.take(id).or_else(|| self.aliased.remove(id))
+        self.named
+            .take(id.as_bytes())
+            .or_else(|| self.aliased.remove(id))
     }
 
     fn len(&self) -> usize {
@@ -213,7 +215,7 @@ impl<E: Entity> ActiveEntities<E> {
     /// and the entity active, and records the access when it succeeds.
     pub(crate) fn send<T>(
         &self,
-        id: &str,
+        id: &[u8],
         item: T,
         send: impl FnOnce(&ActorRef<E>, T) -> Result<(), T>,
     ) -> Result<(), Missed<T>> {
@@ -237,7 +239,7 @@ impl<E: Entity> ActiveEntities<E> {
         item: T,
         send: impl FnOnce(&ActorRef<E>, T) -> Result<(), T>,
     ) -> Result<(), T> {
-        self.send(id, item, send).map_err(|m| match m {
+        self.send(id.as_bytes(), item, send).map_err(|m| match m {
             Missed::Closed(item) | Missed::Inactive(item) => item,
         })
     }
@@ -279,7 +281,7 @@ impl<E: Entity> ActiveEntities<E> {
     /// if it is active.
     pub(crate) fn entry(&self, id: &str) -> Option<(EntityId, ActorRef<E>)> {
         self.read()
-            .get_key_value(id)
+            .get_key_value(id.as_bytes())
             .map(|(id, e)| (id.clone(), e.actor.clone()))
     }
 
@@ -287,7 +289,7 @@ impl<E: Entity> ActiveEntities<E> {
     /// last element: the id, or a generated name).
     pub(crate) fn by_actor_name(&self, name: &str) -> Option<ActorRef<E>> {
         let table = self.read();
-        if let Some(e) = table.named.get(name) {
+        if let Some(e) = table.named.get(name.as_bytes()) {
             return Some(e.actor.clone());
         }
         table

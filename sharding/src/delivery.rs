@@ -9,6 +9,7 @@ use crate::region::{Region, ShardRoute};
 use crate::shard_envelope;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::sync::Arc;
 use troupe_core::{
     ActorRef, ActorSystem, AskError, DeliverError, EncodedDelivery, EncodedReply, Handler, Message,
@@ -371,17 +372,60 @@ impl<E: Entity> Body<E> for Encoded {
 }
 
 /// How each message of an entity type reaches an entity still encoded, by
-/// manifest.
-pub(crate) type Deliveries<E> =
-    std::collections::HashMap<&'static str, EncodedDelivery<E>, foldhash::fast::RandomState>;
+/// manifest (filled when the region starts, then only read).
+pub(crate) struct Deliveries<E: Entity> {
+    list: Vec<(&'static str, EncodedDelivery<E>)>,
+    /// Where each manifest is in `list`, by its bytes (a reader looks a
+    /// manifest up as it came from the network).
+    index: HashMap<&'static [u8], usize, foldhash::fast::RandomState>,
+}
+
+impl<E: Entity> Default for Deliveries<E> {
+    fn default() -> Self {
+        Deliveries {
+            list: Vec::new(),
+            index: HashMap::default(),
+        }
+    }
+}
+
+impl<E: Entity> Deliveries<E> {
+    /// Adds (or replaces) how `manifest` is delivered.
+    pub(crate) fn insert(&mut self, manifest: &'static str, delivery: EncodedDelivery<E>) {
+        match self.index.get(manifest.as_bytes()) {
+            Some(&at) => self.list[at].1 = delivery,
+            None => {
+                self.index.insert(manifest.as_bytes(), self.list.len());
+                self.list.push((manifest, delivery));
+            }
+        }
+    }
+
+    /// Where `manifest` is, if it is registered; `hint` is tried first
+    /// (a reader's last answer: a stream of one message type then costs a
+    /// comparison, not a hash).
+    pub(crate) fn position(&self, manifest: &[u8], hint: usize) -> Option<usize> {
+        match self.list.get(hint) {
+            Some((m, _)) if m.as_bytes() == manifest => Some(hint),
+            _ => self.index.get(manifest).copied(),
+        }
+    }
+
+    /// The manifest at `at` (from `position`) and its delivery.
+    pub(crate) fn at(&self, at: usize) -> (&'static str, &EncodedDelivery<E>) {
+        let (m, d) = &self.list[at];
+        (m, d)
+    }
+}
 
 /// Queues a message from another node, still encoded, for a running
 /// entity; hands its reply channel back if the entity has stopped (so that
 /// the message can go to its next incarnation). A message that cannot be
-/// decoded is logged and dropped.
+/// decoded is logged and dropped. `delivery`: how `manifest` reaches the
+/// entity, when the region has it (else the system looks it up).
 pub(crate) fn deliver_bytes<E: Entity>(
     system: &ActorSystem,
-    deliveries: Option<&Deliveries<E>>,
+    delivery: Option<&EncodedDelivery<E>>,
     to: &ActorRef<E>,
     manifest: &str,
     payload: &[u8],
@@ -394,7 +438,7 @@ pub(crate) fn deliver_bytes<E: Entity>(
         // Its shard started it; there is nothing to hand it.
         return Ok(());
     }
-    let delivered = match deliveries.and_then(|d| d.get(manifest)) {
+    let delivered = match delivery {
         // Decoded by the entity: see `EncodedDelivery::queue_undecoded`
         // (this runs on the connection's reader, for every message from
         // that node).

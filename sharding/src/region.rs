@@ -191,20 +191,27 @@ pub(crate) struct RegionShared<E: Entity> {
     drop_log: LogLimit,
 }
 
-/// Routes a connection's reader has looked up, kept by the reader
-/// (routes are never removed from the region's table, so none goes
-/// stale).
-pub(crate) struct RouteCache<E: Entity> {
+/// What a connection's reader has looked up for this entity type, kept by
+/// the reader: shard routes (never removed from the region's table, so
+/// none goes stale), by their ids' bytes as they come from the network,
+/// and the last route and manifest it used (a stream of messages to one
+/// shard, or of one message type, then costs a comparison, not a hash).
+pub(crate) struct ReaderCache<E: Entity> {
     /// Where each shard's route is in `routes`.
-    index: HashMap<ShardId, usize, foldhash::fast::RandomState>,
+    index: HashMap<Box<[u8]>, usize, foldhash::fast::RandomState>,
     routes: Vec<Arc<ShardRoute<E>>>,
+    last_route: usize,
+    /// The last manifest's place in the region's `Deliveries`.
+    last_manifest: usize,
 }
 
-impl<E: Entity> Default for RouteCache<E> {
+impl<E: Entity> Default for ReaderCache<E> {
     fn default() -> Self {
-        RouteCache {
+        ReaderCache {
             index: HashMap::default(),
             routes: Vec::new(),
+            last_route: 0,
+            last_manifest: 0,
         }
     }
 }
@@ -266,19 +273,28 @@ impl<E: Entity> RegionShared<E> {
     /// no reference count written, once the shard was seen on it).
     fn cached_route<'c>(
         &self,
-        cache: &'c mut RouteCache<E>,
-        shard: &str,
-    ) -> &'c Arc<ShardRoute<E>> {
+        cache: &'c mut ReaderCache<E>,
+        shard: &[u8],
+    ) -> Result<&'c Arc<ShardRoute<E>>, String> {
+        let last = cache.last_route;
+        if cache
+            .routes
+            .get(last)
+            .is_some_and(|r| r.shard.as_bytes() == shard)
+        {
+            return Ok(&cache.routes[last]);
+        }
         let at = match cache.index.get(shard) {
             Some(&at) => at,
             None => {
-                let route = self.route(shard);
-                cache.index.insert(route.shard.clone(), cache.routes.len());
+                let route = self.route(shard_envelope::text(shard, "shard id")?);
+                cache.index.insert(shard.into(), cache.routes.len());
                 cache.routes.push(route);
                 cache.routes.len() - 1
             }
         };
-        &cache.routes[at]
+        cache.last_route = at;
+        Ok(&cache.routes[at])
     }
 
     /// The route of the entity's shard.
@@ -313,14 +329,15 @@ impl<E: Entity> RegionShared<E> {
                 // table's lock is released (its handler may send to the
                 // shard too).
                 let _batch = reply.as_ref().and_then(|_| DeferActivations::begin());
-                let sent = route
-                    .local
-                    .send(entity, (msg, reply), |actor, (msg, reply)| {
-                        // An error: it stopped by itself; the shard restarts it.
-                        actor
-                            .forward(msg, reply, None)
-                            .map_err(|e| (e.error.into_message(), e.reply))
-                    });
+                let sent =
+                    route
+                        .local
+                        .send(entity.as_bytes(), (msg, reply), |actor, (msg, reply)| {
+                            // An error: it stopped by itself; the shard restarts it.
+                            actor
+                                .forward(msg, reply, None)
+                                .map_err(|e| (e.error.into_message(), e.reply))
+                        });
                 match sent {
                     Ok(()) => return Ok(()),
                     Err(Missed::Inactive((msg, reply))) => return Err(Direct::Slow(msg, reply)),
@@ -422,46 +439,67 @@ impl<E: Entity> RegionShared<E> {
     /// nothing of its shard is in flight through the actors (as a local
     /// sender's message would go), else through the region (the shard may
     /// have moved again, or the entity must be started).
-    /// `routes` is the reader's own cache of routes (see
-    /// `ClusterSharding::start_region`).
+    /// `cache` is the reader's own (see `ClusterSharding::start_region`).
     pub(crate) fn receive_remote(
         &self,
         m: InboundMessage<'_>,
-        routes: &mut RouteCache<E>,
+        cache: &mut ReaderCache<E>,
     ) -> Result<(), DeliverError> {
         let InboundMessage { bytes, reply, .. } = m;
+        let mut reply = reply;
+        let undecodable = |reply: Option<Replier<troupe_core::EncodedReply>>, why: String| {
+            if let Some(r) = reply {
+                r.fail(AskError::Remote(format!(
+                    "the message did not decode: {why}"
+                )));
+            }
+            Err(DeliverError::Undecodable(why))
+        };
         let env = match shard_envelope::read(bytes) {
             Ok(env) => env,
-            Err(why) => {
-                if let Some(r) = reply {
-                    r.fail(AskError::Remote(format!(
-                        "the message did not decode: {why}"
-                    )));
-                }
-                return Err(DeliverError::Undecodable(why));
-            }
+            Err(why) => return undecodable(reply, why),
         };
-        let route = self.cached_route(routes, env.shard);
-        let mut reply = reply;
+        // The manifest as text: a registered one's own string, else
+        // validated.
+        let (manifest, delivery) = match self.deliveries.position(env.manifest, cache.last_manifest)
+        {
+            Some(at) => {
+                cache.last_manifest = at;
+                let (m, d) = self.deliveries.at(at);
+                (m, Some(d))
+            }
+            None => match shard_envelope::text(env.manifest, "manifest") {
+                Ok(m) => (m, None),
+                Err(why) => return undecodable(reply, why),
+            },
+        };
+        let route = match self.cached_route(cache, env.shard) {
+            Ok(route) => route,
+            Err(why) => return undecodable(reply, why),
+        };
         if route.quiet() && route.kind.load(Ordering::Acquire) == KIND_LOCAL {
             // The reader has a batch open already; `begin` only checks.
             // (The route is the reader's own, not used under the table's
             // lock: decoding a message may look up routes, for an
             // `EntityRef` inside it.)
             let _batch = DeferActivations::begin();
-            let (system, deliveries) = (&self.system, Some(&self.deliveries));
+            let system = &self.system;
             let sent = route.local.send(env.entity, reply, |actor, reply| {
-                deliver_bytes(system, deliveries, actor, env.manifest, env.payload, reply)
+                deliver_bytes(system, delivery, actor, manifest, env.payload, reply)
             });
             match sent {
                 Ok(()) => return Ok(()),
                 Err(Missed::Closed(r) | Missed::Inactive(r)) => reply = r,
             }
         }
+        let entity = match shard_envelope::text(env.entity, "entity id") {
+            Ok(entity) => entity,
+            Err(why) => return undecodable(reply, why),
+        };
         let delivery = Delivery::new(
-            EntityId::from(env.entity),
+            EntityId::from(entity),
             Box::new(Encoded {
-                manifest: env.manifest.to_string(),
+                manifest: manifest.to_string(),
                 payload: env.payload.to_vec(),
                 reply,
             }),

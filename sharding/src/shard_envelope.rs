@@ -12,15 +12,23 @@
 /// MessagePack `bin` in a four-field array, which this one would misread.)
 pub(crate) const MANIFEST: &str = "troupe.sharding.ShardEnvelope.v2";
 
-/// An envelope read in place.
+/// An envelope read in place. Its ids and manifest are left as bytes: the
+/// reader looks them up as they are (every key it can find is valid
+/// UTF-8), and validates one only when it must make a string of it (a
+/// new shard, an inactive entity, a manifest of no registered message).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct ShardEnvelopeRef<'a> {
-    pub(crate) entity: &'a str,
-    pub(crate) shard: &'a str,
+    pub(crate) entity: &'a [u8],
+    pub(crate) shard: &'a [u8],
     /// The manifest of the message inside.
-    pub(crate) manifest: &'a str,
+    pub(crate) manifest: &'a [u8],
     /// The message's own bytes.
     pub(crate) payload: &'a [u8],
+}
+
+/// One of an envelope's strings as text, or why it is not.
+pub(crate) fn text<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, String> {
+    std::str::from_utf8(bytes).map_err(|e| format!("the {what} of a shard envelope: {e}"))
 }
 
 /// Writes the envelope of a message for `entity` of `shard` at the end of
@@ -69,21 +77,33 @@ pub(crate) fn read(bytes: &[u8]) -> Result<ShardEnvelopeRef<'_>, String> {
     })
 }
 
-fn read_str<'a>(bytes: &'a [u8], what: &str) -> Result<(&'a str, &'a [u8]), String> {
-    // Ids and manifests are almost always under 32 bytes (a MessagePack
-    // fixstr): read here, on every message, without rmp's general path.
-    if let Some((&marker, rest)) = bytes.split_first() {
-        let len = usize::from(marker & 0x1f);
-        if marker & 0xe0 == 0xa0 && rest.len() >= len {
-            let (s, rest) = rest.split_at(len);
-            return match std::str::from_utf8(s) {
-                Ok(s) => Ok((s, rest)),
-                Err(e) => Err(format!("the {what} of a shard envelope: {e}")),
-            };
+/// Reads a MessagePack string's bytes (not validated: see
+/// `ShardEnvelopeRef`).
+fn read_str<'a>(bytes: &'a [u8], what: &str) -> Result<(&'a [u8], &'a [u8]), String> {
+    let bad = |e: &dyn std::fmt::Display| format!("the {what} of a shard envelope: {e}");
+    let Some((&marker, rest)) = bytes.split_first() else {
+        return Err(bad(&"missing"));
+    };
+    let (len, rest) = match marker {
+        0xa0..=0xbf => (usize::from(marker & 0x1f), rest),
+        0xd9..=0xdb => {
+            let mut at = bytes;
+            let len = rmp::decode::read_str_len(&mut at).map_err(|e| bad(&e))?;
+            (len as usize, at)
         }
+        _ => {
+            return Err(bad(&format_args!(
+                "a string was expected (marker {marker:#04x})"
+            )))
+        }
+    };
+    if rest.len() < len {
+        return Err(bad(&format_args!(
+            "{len} bytes announced, {} left",
+            rest.len()
+        )));
     }
-    rmp::decode::read_str_from_slice(bytes)
-        .map_err(|e| format!("the {what} of a shard envelope: {e}"))
+    Ok(rest.split_at(len))
 }
 
 #[cfg(test)]
@@ -103,9 +123,9 @@ mod tests {
         assert_eq!(
             env,
             ShardEnvelopeRef {
-                entity: "e-1",
-                shard: "17",
-                manifest: "bench.Body",
+                entity: b"e-1",
+                shard: b"17",
+                manifest: b"bench.Body",
                 payload: &[0x91, 0x05],
             }
         );
@@ -113,19 +133,34 @@ mod tests {
 
     #[test]
     fn long_ids_read_back() {
+        // A fixstr's longest, str8, str16 (and rmp's str32 for the rest).
+        let manifest = "m".repeat(31);
         let entity = "e".repeat(40);
         let shard = "s".repeat(300);
         let mut buf = Vec::new();
-        write(&mut buf, &entity, &shard, "m", |b| {
+        write(&mut buf, &entity, &shard, &manifest, |b| {
             b.push(0xc0);
             Ok(())
         })
         .unwrap();
         let env = read(&buf).unwrap();
         assert_eq!(
-            (env.entity, env.shard, env.payload),
-            (&*entity, &*shard, &[0xc0][..])
+            (env.entity, env.shard, env.manifest, env.payload),
+            (
+                entity.as_bytes(),
+                shard.as_bytes(),
+                manifest.as_bytes(),
+                &[0xc0][..]
+            )
         );
+        let mut str32 = vec![0x94, 0xdb, 0, 0, 0, 1, b'e', 0xa1, b's', 0xa1, b'm', 0xc0];
+        let env = read(&str32).unwrap();
+        assert_eq!((env.entity, env.payload), (&b"e"[..], &[0xc0][..]));
+        // A str32 whose length is cut off, and a str8 longer than what is
+        // left.
+        str32.truncate(2);
+        assert!(read(&str32).is_err());
+        assert!(read(&[0x94, 0xd9, 9, b'a']).is_err());
         // A fixstr longer than what is left.
         assert!(read(&[0x94, 0xa5, b'a']).is_err());
     }
@@ -146,8 +181,16 @@ mod tests {
         assert!(read(&[0x94, 0xa1, b'a', 0xa1, b'b', 0xa1, b'c']).is_err());
         // A field that is no string.
         assert!(read(&[0x94, 0x01, 0xa1, b'b', 0xa1, b'c', 0xc0]).is_err());
-        // Invalid UTF-8.
-        assert!(read(&[0x94, 0xa1, 0xff, 0xa1, b'b', 0xa1, b'c', 0xc0]).is_err());
+    }
+
+    #[test]
+    fn ids_are_validated_only_as_text() {
+        // Read as bytes; made text (for a new shard, say), an error.
+        let env = read(&[0x94, 0xa1, 0xff, 0xa1, b'b', 0xa1, b'c', 0xc0]).unwrap();
+        assert_eq!(env.entity, &[0xff]);
+        let e = text(env.entity, "entity id").unwrap_err();
+        assert!(e.starts_with("the entity id of a shard envelope: "), "{e}");
+        assert_eq!(text(env.shard, "shard id"), Ok("b"));
     }
 
     proptest! {

@@ -12,7 +12,7 @@ use crate::queries::{
     ClusterShardingStats, CurrentShardRegionState, GetRegionState, GetRegionStats,
 };
 use crate::region::{
-    region_name, GracefulShutdown, IsRegistered, Region, RegionShared, RouteCache,
+    region_name, GracefulShutdown, IsRegistered, ReaderCache, Region, RegionShared,
     SetActiveEntityLimit,
 };
 use crate::settings::{PassivationSettings, ShardingSettings};
@@ -363,9 +363,9 @@ impl ClusterSharding {
             shard_envelope::MANIFEST,
             move || {
                 let shared = weak.upgrade();
-                let mut routes = RouteCache::default();
+                let mut cache = ReaderCache::default();
                 move |m: troupe_core::InboundMessage<'_>| match &shared {
-                    Some(shared) => shared.receive_remote(m, &mut routes),
+                    Some(shared) => shared.receive_remote(m, &mut cache),
                     None => Err(troupe_core::DeliverError::Stopped),
                 }
             },

@@ -344,3 +344,78 @@ fn an_entity_s_own_reference_reaches_it_from_another_node() {
         shutdown_all(nodes).await;
     });
 }
+
+#[test]
+fn a_shard_envelope_with_ids_that_are_not_utf8_is_refused_and_the_region_goes_on() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let nodes = start_nodes(2, &probe, sharding_settings());
+        all_up(&[&nodes[0], &nodes[1]], 2).await;
+        // An entity of node 0, reached from node 1 (its shard is open on
+        // node 0 and known to node 1's reader of node 0).
+        let mut id = String::new();
+        for i in 0.. {
+            id = format!("e{i}");
+            if nodes[1]
+                .counter(id.as_str())
+                .ask(WhereAreYou)
+                .await
+                .unwrap()
+                == nodes[0].name()
+            {
+                break;
+            }
+        }
+        let shard = nodes[1].counter(id.as_str()).shard_id().to_string();
+        let region: troupe_core::ActorRef<troupe_sharding::region::Region<Counter>> = nodes[1]
+            .system
+            .resolve(&format!("{}/system/sharding-counter", nodes[0].address()))
+            .unwrap();
+        let bad_input = || nodes[0].system.remoting().unwrap().bad_input_count();
+        let before = bad_input();
+        // A raw envelope: its entity id, shard id, manifest, and a message.
+        let raw = |entity: &[u8], shard: &[u8]| {
+            let (entity, shard) = (entity.to_vec(), shard.to_vec());
+            move |buf: &mut Vec<u8>| {
+                buf.push(0x94);
+                for s in [&entity[..], &shard[..], b"x"] {
+                    buf.push(0xa0 | s.len() as u8);
+                    buf.extend_from_slice(s);
+                }
+                buf.push(0xc0);
+                Ok(())
+            }
+        };
+        for (entity, shard, what) in [
+            (&[0xff, b'e'][..], shard.as_bytes(), "entity id"),
+            (id.as_bytes(), &[b's', 0xc3][..], "shard id"),
+        ] {
+            let (replier, reply) = troupe_core::Replier::channel(Duration::from_secs(10));
+            nodes[1]
+                .system
+                .send_encoded(
+                    &region,
+                    "troupe.sharding.ShardEnvelope.v2",
+                    raw(entity, shard),
+                    Some(replier),
+                )
+                .unwrap();
+            match reply.await {
+                Err(troupe_core::AskError::Remote(why)) => assert!(
+                    why.contains(&format!("the {what} of a shard envelope")),
+                    "{why}"
+                ),
+                other => panic!("expected a refusal for the {what}, got {other:?}"),
+            }
+        }
+        eventually("both counted as bad input", async || {
+            bad_input() >= before + 2
+        })
+        .await;
+        // The entity and the connection are as they were.
+        assert_eq!(nodes[1].counter(id.as_str()).ask(Add(5)).await.unwrap(), 5);
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes).await;
+    });
+}

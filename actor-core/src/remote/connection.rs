@@ -7,6 +7,7 @@ use crate::remote::address::Address;
 use crate::remote::association::Association;
 use crate::remote::handshake;
 use crate::remote::remoting::{QuarantineCheck, RemotingShared};
+use crate::remote::serde_context;
 use crate::remote::wire::{self, Challenge, Frame, Hello, Stream, PREAMBLE, PROTOCOL_VERSION};
 use crate::rt;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -438,23 +439,32 @@ async fn read_frames(
                 // as one batch: the actors they wake are woken once, at
                 // its end (see `deferred_activations`).
                 let _batch = DeferActivations::begin();
-                let mut frame = Some((s, e));
-                let mut handled = 0;
-                while let Some((s, e)) = frame {
-                    if quarantine.is_quarantined(remoting) {
-                        tracing::debug!(
-                            "closing inbound connection of quarantined {} (UID {peer_uid})",
-                            assoc.address
-                        );
-                        return;
+                // Decoded for this system: set once for the batch (the
+                // `with_system` of each receiver or sender then only
+                // looks), and left before the batch's actors are woken.
+                let quarantined = serde_context::with_system(&remoting.system, || {
+                    let mut frame = Some((s, e));
+                    let mut handled = 0;
+                    while let Some((s, e)) = frame {
+                        if quarantine.is_quarantined(remoting) {
+                            return true;
+                        }
+                        inbound.handle(&reader.buf[s..e]);
+                        handled += 1;
+                        frame = if handled < FRAME_BATCH {
+                            reader.next_buffered(max)
+                        } else {
+                            None
+                        };
                     }
-                    inbound.handle(&reader.buf[s..e]);
-                    handled += 1;
-                    frame = if handled < FRAME_BATCH {
-                        reader.next_buffered(max)
-                    } else {
-                        None
-                    };
+                    false
+                });
+                if quarantined {
+                    tracing::debug!(
+                        "closing inbound connection of quarantined {} (UID {peer_uid})",
+                        assoc.address
+                    );
+                    return;
                 }
             }
             Read::Oversized(len) => remoting.log_bad_input(format_args!(

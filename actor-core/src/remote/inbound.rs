@@ -4,6 +4,7 @@
 use crate::actor_ref::AnyActorRef;
 use crate::codec::{DeliverError, InboundMessage};
 use crate::remote::association::Association;
+use crate::remote::lookup_cache::LookupCache;
 use crate::remote::registry::{self, DispatchError, DispatchFn, Inbound, ReceiveFn};
 use crate::remote::remoting::RemotingShared;
 use crate::remote::reply::RemoteReply;
@@ -13,7 +14,6 @@ use crate::remote::wire::{self, Frame, ReplyBody, Stream, UserMsg};
 use crate::replier::Replier;
 use crate::system::ActorSystem;
 use std::any::TypeId;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Looked-up recipients kept per connection (a path lookup walks the
@@ -39,10 +39,7 @@ enum Dispatch {
     Receive(ReceiveFn),
 }
 
-/// A per-connection cache looked up on every message: foldhash, randomly
-/// seeded per map (the peer is an authenticated member, and the recipient
-/// cache is bounded).
-type Cache<V> = HashMap<String, V, foldhash::fast::RandomState>;
+type Cache<V> = LookupCache<V>;
 
 impl InboundHandler {
     pub(crate) fn new(remoting: Arc<RemotingShared>, assoc: Arc<Association>) -> Self {
@@ -54,7 +51,14 @@ impl InboundHandler {
         }
     }
 
+    /// Handles one frame. Runs with this system as the decoding system
+    /// (`serde_context::with_system`, which the connection's reader sets
+    /// once for each batch of frames): a sender's path and what a receiver
+    /// decodes on the spot are read in it.
     pub(crate) fn handle(&mut self, body: &[u8]) {
+        debug_assert!(
+            serde_context::current().is_some_and(|s| Arc::ptr_eq(&s, &self.remoting.system))
+        );
         let frame = match wire::decode(body) {
             Ok(f) => f,
             Err(e) => {
@@ -115,7 +119,7 @@ impl InboundHandler {
         uid: u64,
         f: impl FnOnce(&AnyActorRef) -> R,
     ) -> Option<R> {
-        if let Some(r) = cache.get(path) {
+        if let Some(r) = cache.get_mut(path) {
             if !r.is_terminated() && (uid == 0 || r.uid() == uid) {
                 return Some(f(r));
             }
@@ -126,10 +130,10 @@ impl InboundHandler {
         if uid != 0 && r.uid() != uid {
             return None;
         }
-        if cache.len() >= RECIPIENT_CACHE {
+        if cache.places() >= RECIPIENT_CACHE {
             cache.clear();
         }
-        Some(f(cache.entry(path.to_string()).or_insert(r)))
+        Some(f(cache.insert(path, r)))
     }
 
     /// Runs `f` with how a message of `manifest` reaches an actor of type
@@ -152,7 +156,10 @@ impl InboundHandler {
             Inbound::Decode(dispatch, _) => Dispatch::Decode(dispatch),
             Inbound::Receive(make) => Dispatch::Receive(make()),
         };
-        let list = cache.entry(manifest.to_string()).or_default();
+        let list = match cache.get_mut(manifest) {
+            Some(list) => list,
+            None => cache.insert(manifest, Vec::new()),
+        };
         list.push((actor, d));
         let last = list.len() - 1;
         Ok(f(&mut list[last].1))
@@ -170,7 +177,7 @@ impl InboundHandler {
                     Some(t) => {
                         Self::with_dispatcher(dispatchers, remoting, m.manifest, t, |dispatch| {
                             let sender = Self::sender(remoting, assoc, &m);
-                            Self::dispatch(remoting, dispatch, target, &m, reply.take(), sender)
+                            Self::dispatch(dispatch, target, &m, reply.take(), sender)
                         })
                     }
                     None => Err("the recipient is not local"),
@@ -230,9 +237,7 @@ impl InboundHandler {
         if m.from.is_empty() {
             return None;
         }
-        let parsed = serde_context::with_system(&remoting.system, || {
-            crate::remote::remote_ref::any_ref_from_wire(m.from)
-        });
+        let parsed = crate::remote::remote_ref::any_ref_from_wire(m.from);
         match parsed {
             Ok(r) => Some(r),
             Err(why) => {
@@ -247,7 +252,6 @@ impl InboundHandler {
 
     /// Hands a message to its recipient as `dispatch` says.
     fn dispatch(
-        remoting: &RemotingShared,
         dispatch: &mut Dispatch,
         target: &AnyActorRef,
         m: &UserMsg<'_>,
@@ -257,8 +261,9 @@ impl InboundHandler {
         match dispatch {
             // Queued still encoded: the actor decodes it, in its system.
             Dispatch::Decode(dispatch) => dispatch(target, m.payload, reply, sender),
-            // A receiver may decode on the spot.
-            Dispatch::Receive(receive) => serde_context::with_system(&remoting.system, || {
+            // A receiver may decode on the spot (in the batch's decoding
+            // context: see `handle`).
+            Dispatch::Receive(receive) => {
                 // The reply's bytes are already its wire form.
                 let reply = reply.map(|sink| {
                     Replier::remote(RemoteReply::new(sink, registry::write_encoded_reply))
@@ -274,7 +279,7 @@ impl InboundHandler {
                     DeliverError::MailboxFull => DispatchError::MailboxFull,
                     other => DispatchError::Undecodable(other.to_string()),
                 })
-            }),
+            }
         }
     }
 }

@@ -24,6 +24,7 @@ mod fault_injection;
 mod handshake;
 mod inbound;
 mod lane;
+mod lookup_cache;
 pub(crate) mod registry;
 pub(crate) mod remote_ref;
 mod remote_watch;
