@@ -106,7 +106,8 @@ impl<E: Entity> Table<E> {
         self.get_key_value(id.as_bytes()).map(|(_, e)| e)
     }
 
-    /// An id's entry; `id` as bytes (a valid id's).
+    /// An id's entry; `id` as bytes, as it came from the network (not
+    /// UTF-8: not found, as every key is).
     fn get_key_value(&self, id: &[u8]) -> Option<(&EntityId, &ActiveEntity<E>)> {
         match self.named.get(id) {
             Some(e) => e.actor.given_name().map(|n| (n, e)),

@@ -269,8 +269,10 @@ impl<E: Entity> RegionShared<E> {
         route
     }
 
-    /// The route of `shard` through a connection's own cache (no lock,
-    /// no reference count written, once the shard was seen on it).
+    /// The route of `shard` (its id's bytes, from the network) through a
+    /// connection's own cache (no lock, no reference count written, once
+    /// the shard was seen on it); an error if a shard id new to the cache
+    /// is not UTF-8.
     fn cached_route<'c>(
         &self,
         cache: &'c mut ReaderCache<E>,

@@ -14,8 +14,9 @@ pub(crate) const MANIFEST: &str = "troupe.sharding.ShardEnvelope.v2";
 
 /// An envelope read in place. Its ids and manifest are left as bytes: the
 /// reader looks them up as they are (every key it can find is valid
-/// UTF-8), and validates one only when it must make a string of it (a
-/// new shard, an inactive entity, a manifest of no registered message).
+/// UTF-8), and validates one only when it must make a string of it: a
+/// shard new to the reader, an entity not reached directly (inactive, or
+/// its shard not open here), a manifest of no registered message.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct ShardEnvelopeRef<'a> {
     pub(crate) entity: &'a [u8],

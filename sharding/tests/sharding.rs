@@ -375,11 +375,11 @@ fn a_shard_envelope_with_ids_that_are_not_utf8_is_refused_and_the_region_goes_on
         let bad_input = || nodes[0].system.remoting().unwrap().bad_input_count();
         let before = bad_input();
         // A raw envelope: its entity id, shard id, manifest, and a message.
-        let raw = |entity: &[u8], shard: &[u8]| {
-            let (entity, shard) = (entity.to_vec(), shard.to_vec());
+        let raw = |entity: &[u8], shard: &[u8], manifest: &[u8]| {
+            let fields = [entity.to_vec(), shard.to_vec(), manifest.to_vec()];
             move |buf: &mut Vec<u8>| {
                 buf.push(0x94);
-                for s in [&entity[..], &shard[..], b"x"] {
+                for s in &fields {
                     buf.push(0xa0 | s.len() as u8);
                     buf.extend_from_slice(s);
                 }
@@ -387,9 +387,10 @@ fn a_shard_envelope_with_ids_that_are_not_utf8_is_refused_and_the_region_goes_on
                 Ok(())
             }
         };
-        for (entity, shard, what) in [
-            (&[0xff, b'e'][..], shard.as_bytes(), "entity id"),
-            (id.as_bytes(), &[b's', 0xc3][..], "shard id"),
+        for (entity, shard, manifest, what) in [
+            (&[0xff, b'e'][..], shard.as_bytes(), &b"x"[..], "entity id"),
+            (id.as_bytes(), &[b's', 0xc3][..], b"x", "shard id"),
+            (id.as_bytes(), shard.as_bytes(), &[b'x', 0xff], "manifest"),
         ] {
             let (replier, reply) = troupe_core::Replier::channel(Duration::from_secs(10));
             nodes[1]
@@ -397,7 +398,7 @@ fn a_shard_envelope_with_ids_that_are_not_utf8_is_refused_and_the_region_goes_on
                 .send_encoded(
                     &region,
                     "troupe.sharding.ShardEnvelope.v2",
-                    raw(entity, shard),
+                    raw(entity, shard, manifest),
                     Some(replier),
                 )
                 .unwrap();

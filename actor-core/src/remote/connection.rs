@@ -439,9 +439,10 @@ async fn read_frames(
                 // as one batch: the actors they wake are woken once, at
                 // its end (see `deferred_activations`).
                 let _batch = DeferActivations::begin();
-                // Decoded for this system: set once for the batch (the
-                // `with_system` of each receiver or sender then only
-                // looks), and left before the batch's actors are woken.
+                // Decoded for this system, set once for the batch: the
+                // senders' paths and what receivers decode on the spot are
+                // read in it (a nested `with_system` for this system only
+                // looks). Left before the batch's actors are woken.
                 let quarantined = serde_context::with_system(&remoting.system, || {
                     let mut frame = Some((s, e));
                     let mut handled = 0;

@@ -123,14 +123,19 @@ impl InboundHandler {
             if !r.is_terminated() && (uid == 0 || r.uid() == uid) {
                 return Some(f(r));
             }
-            cache.remove(path);
         }
+        // Not cached, or stale: looked up again (a stale entry's place is
+        // taken by the new incarnation, so a path whose actor restarts
+        // does not fill the cache).
         let system = ActorSystem::from_shared(remoting.system.clone());
-        let r = system.lookup_any(path)?;
-        if uid != 0 && r.uid() != uid {
+        let found = system
+            .lookup_any(path)
+            .filter(|r| uid == 0 || r.uid() == uid);
+        let Some(r) = found else {
+            cache.remove(path);
             return None;
-        }
-        if cache.places() >= RECIPIENT_CACHE {
+        };
+        if cache.places() >= RECIPIENT_CACHE && cache.get_mut(path).is_none() {
             cache.clear();
         }
         Some(f(cache.insert(path, r)))

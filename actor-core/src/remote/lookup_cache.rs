@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 
 /// Values by string key, with the last hit remembered. Foldhash, randomly
-/// seeded per map (the peer is an authenticated member, and the caller
-/// bounds the size).
+/// seeded per map (the peer is an authenticated member). It grows with
+/// what is inserted: the recipient cache is cleared at a bound
+/// (`places`), the dispatchers' is bounded by the registered manifests.
 pub(crate) struct LookupCache<V> {
     /// Where each key's entry is in `slots`.
     index: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
