@@ -101,20 +101,45 @@ impl<E: Entity> Default for Table<E> {
     }
 }
 
+/// An entity id as a lookup gets it: a string (a local sender's), or the
+/// bytes that came from the network, which are text only if valid UTF-8
+/// (every key is: bytes that are not cannot be found).
+pub(crate) trait EntityKey {
+    fn bytes(&self) -> &[u8];
+    fn text(&self) -> Option<&str>;
+}
+
+impl EntityKey for str {
+    fn bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+    fn text(&self) -> Option<&str> {
+        Some(self)
+    }
+}
+
+impl EntityKey for [u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn text(&self) -> Option<&str> {
+        std::str::from_utf8(self).ok()
+    }
+}
+
 impl<E: Entity> Table<E> {
     fn get(&self, id: &str) -> Option<&ActiveEntity<E>> {
-        self.get_key_value(id.as_bytes()).map(|(_, e)| e)
+        self.get_key_value(id).map(|(_, e)| e)
     }
 
-    /// An id's entry; `id` as bytes, as it came from the network (not
-    /// UTF-8: not found, as every key is).
-    fn get_key_value(&self, id: &[u8]) -> Option<(&EntityId, &ActiveEntity<E>)> {
-        match self.named.get(id) {
+    fn get_key_value<K: EntityKey + ?Sized>(
+        &self,
+        id: &K,
+    ) -> Option<(&EntityId, &ActiveEntity<E>)> {
+        match self.named.get(id.bytes()) {
             Some(e) => e.actor.given_name().map(|n| (n, e)),
             None if self.aliased.is_empty() => None,
-            None => std::str::from_utf8(id)
-                .ok()
-                .and_then(|id| self.aliased.get_key_value(id)),
+            None => id.text().and_then(|id| self.aliased.get_key_value(id)),
         }
     }
 
@@ -214,9 +239,9 @@ impl<E: Entity> ActiveEntities<E> {
 
     /// Runs `send` with the entity's actor and `item` if the table is open
     /// and the entity active, and records the access when it succeeds.
-    pub(crate) fn send<T>(
+    pub(crate) fn send<T, K: EntityKey + ?Sized>(
         &self,
-        id: &[u8],
+        id: &K,
         item: T,
         send: impl FnOnce(&ActorRef<E>, T) -> Result<(), T>,
     ) -> Result<(), Missed<T>> {
@@ -240,7 +265,7 @@ impl<E: Entity> ActiveEntities<E> {
         item: T,
         send: impl FnOnce(&ActorRef<E>, T) -> Result<(), T>,
     ) -> Result<(), T> {
-        self.send(id.as_bytes(), item, send).map_err(|m| match m {
+        self.send(id, item, send).map_err(|m| match m {
             Missed::Closed(item) | Missed::Inactive(item) => item,
         })
     }
@@ -282,7 +307,7 @@ impl<E: Entity> ActiveEntities<E> {
     /// if it is active.
     pub(crate) fn entry(&self, id: &str) -> Option<(EntityId, ActorRef<E>)> {
         self.read()
-            .get_key_value(id.as_bytes())
+            .get_key_value(id)
             .map(|(id, e)| (id.clone(), e.actor.clone()))
     }
 

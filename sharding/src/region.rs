@@ -331,15 +331,14 @@ impl<E: Entity> RegionShared<E> {
                 // table's lock is released (its handler may send to the
                 // shard too).
                 let _batch = reply.as_ref().and_then(|_| DeferActivations::begin());
-                let sent =
-                    route
-                        .local
-                        .send(entity.as_bytes(), (msg, reply), |actor, (msg, reply)| {
-                            // An error: it stopped by itself; the shard restarts it.
-                            actor
-                                .forward(msg, reply, None)
-                                .map_err(|e| (e.error.into_message(), e.reply))
-                        });
+                let sent = route
+                    .local
+                    .send(&**entity, (msg, reply), |actor, (msg, reply)| {
+                        // An error: it stopped by itself; the shard restarts it.
+                        actor
+                            .forward(msg, reply, None)
+                            .map_err(|e| (e.error.into_message(), e.reply))
+                    });
                 match sent {
                     Ok(()) => return Ok(()),
                     Err(Missed::Inactive((msg, reply))) => return Err(Direct::Slow(msg, reply)),
@@ -447,8 +446,9 @@ impl<E: Entity> RegionShared<E> {
         m: InboundMessage<'_>,
         cache: &mut ReaderCache<E>,
     ) -> Result<(), DeliverError> {
-        let InboundMessage { bytes, reply, .. } = m;
-        let mut reply = reply;
+        let InboundMessage {
+            bytes, mut reply, ..
+        } = m;
         let undecodable = |reply: Option<Replier<troupe_core::EncodedReply>>, why: String| {
             if let Some(r) = reply {
                 r.fail(AskError::Remote(format!(

@@ -24,10 +24,10 @@ const RECIPIENT_CACHE: usize = 1024;
 pub(crate) struct InboundHandler {
     remoting: Arc<RemotingShared>,
     assoc: Arc<Association>,
-    recipients: Cache<AnyActorRef>,
+    recipients: LookupCache<AnyActorRef>,
     /// Dispatch functions found so far, by manifest and actor type
     /// (registrations are never removed, so entries stay valid).
-    dispatchers: Cache<Vec<(TypeId, Dispatch)>>,
+    dispatchers: LookupCache<Vec<(TypeId, Dispatch)>>,
 }
 
 /// How a message of one manifest reaches an actor of one type, for this
@@ -39,15 +39,13 @@ enum Dispatch {
     Receive(ReceiveFn),
 }
 
-type Cache<V> = LookupCache<V>;
-
 impl InboundHandler {
     pub(crate) fn new(remoting: Arc<RemotingShared>, assoc: Arc<Association>) -> Self {
         InboundHandler {
             remoting,
             assoc,
-            recipients: Cache::default(),
-            dispatchers: Cache::default(),
+            recipients: LookupCache::default(),
+            dispatchers: LookupCache::default(),
         }
     }
 
@@ -113,7 +111,7 @@ impl InboundHandler {
     /// would write the cell's reference count, which shares its cache line
     /// with the busy mailbox state of the actor.
     fn with_recipient<R>(
-        cache: &mut Cache<AnyActorRef>,
+        cache: &mut LookupCache<AnyActorRef>,
         remoting: &RemotingShared,
         path: &str,
         uid: u64,
@@ -145,7 +143,7 @@ impl InboundHandler {
     /// `actor` (looked up once per connection, then cached; one cache
     /// lookup per message and nothing cloned).
     fn with_dispatcher<R>(
-        cache: &mut Cache<Vec<(TypeId, Dispatch)>>,
+        cache: &mut LookupCache<Vec<(TypeId, Dispatch)>>,
         remoting: &RemotingShared,
         manifest: &str,
         actor: TypeId,
