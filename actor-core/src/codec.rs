@@ -226,6 +226,7 @@ impl<A: Actor> EncodedDelivery<A> {
     /// [`AskError::Remote`](crate::AskError::Remote). A remote `to`, or a
     /// receiver registered for `A`, gets the message as from `deliver`,
     /// with `deliver`'s errors.
+    #[inline]
     pub fn queue_undecoded(
         &self,
         to: &ActorRef<A>,
@@ -534,6 +535,7 @@ impl ActorSystem {
     /// On failure the error says why, and `reply` (if any) is failed with
     /// the reason. A send that the full queue to the node refuses is not
     /// recorded as a dead letter: the caller still has the message.
+    #[inline]
     pub fn send_encoded<A: Actor>(
         &self,
         to: &ActorRef<A>,
@@ -554,6 +556,7 @@ impl ActorSystem {
     /// it: use this one for such a sender (a stream of tells with
     /// back-pressure, a buffer flushed). The order of the two kinds of
     /// sends to one node is kept.
+    #[inline]
     pub fn send_encoded_queued<A: Actor>(
         &self,
         to: &ActorRef<A>,
@@ -564,6 +567,7 @@ impl ActorSystem {
         self.send_encoded_via(to, manifest, write, reply, false)
     }
 
+    #[inline]
     fn send_encoded_via<A: Actor>(
         &self,
         to: &ActorRef<A>,

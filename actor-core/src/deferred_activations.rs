@@ -96,6 +96,7 @@ pub struct DeferActivations(());
 impl DeferActivations {
     /// Opens a batch on this thread; `None` if one is open already (the
     /// outer one starts the activations when it ends).
+    #[inline]
     pub fn begin() -> Option<Self> {
         DEFERRED
             .try_with(|d| {

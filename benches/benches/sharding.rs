@@ -9,7 +9,11 @@
 //! entity alive before timing:
 //! - tell throughput: 2,000,000 messages to one entity through its
 //!   `EntityRef`, and the same to the same actor through its `ActorRef`;
-//!   then round robin over 10,000 entities, both ways;
+//!   then round robin over 10,000 entities, both ways. Five rounds
+//!   (`SHARDING_ROUNDS`) of 2,000,000 messages a side, each in chunks of
+//!   200,000 (`SHARDING_CHUNK`) that alternate between the two sides
+//!   (`support/side_by_side.rs`); it prints each side's median rate and
+//!   the median of the rounds' ratios;
 //! - ask round trip: sequential asks through the `EntityRef` and through
 //!   the `ActorRef`, p50 and mean;
 //! - activation: the first message to 1,000,000 distinct entities over
@@ -76,6 +80,9 @@ fn wanted(section: &str) -> bool {
 #[path = "support/memory.rs"]
 mod memory;
 use memory::{heap_in_use_bytes, rss_bytes};
+#[path = "support/side_by_side.rs"]
+mod side_by_side;
+use side_by_side::{env_count, SideBySide, Tally};
 
 fn main() {
     rt::block_on(async {
@@ -132,29 +139,38 @@ fn main() {
         let direct = spawn_twin(&system, &total);
         direct.ask(Count).await.expect("first ask");
 
+        // Tell, one entity and round robin: rounds of `N` messages a side,
+        // in chunks that alternate between the direct and the sharded side
+        // (`support/side_by_side.rs`).
         const N: u64 = 2_000_000;
+        let rounds = env_count("SHARDING_ROUNDS", 5) as usize;
+        let chunk = env_count("SHARDING_CHUNK", 200_000).min(N);
         if wanted("one") {
-            println!("sharding bench: tell, {N} messages to one entity");
-            let base = total.load(Ordering::Relaxed);
-            let t0 = Instant::now();
-            for _ in 0..N {
-                direct.tell(Hit).unwrap();
+            println!("sharding bench: tell, {N} messages a round to one entity");
+            let mut rates = SideBySide::default();
+            for round in 0..rounds {
+                let (mut d, mut s) = (Tally::default(), Tally::default());
+                for c in 0..N.div_ceil(chunk) {
+                    for direct_turn in side_by_side::order(round, c) {
+                        let base = total.load(Ordering::Relaxed);
+                        let t0 = Instant::now();
+                        if direct_turn {
+                            for _ in 0..chunk {
+                                direct.tell(Hit).unwrap();
+                            }
+                        } else {
+                            for _ in 0..chunk {
+                                one.tell(Hit).unwrap();
+                            }
+                        }
+                        wait_total(&total, base + chunk).await;
+                        let tally = if direct_turn { &mut d } else { &mut s };
+                        tally.add(chunk, t0.elapsed().as_secs_f64());
+                    }
+                }
+                rates.push(&d, &s);
             }
-            wait_total(&total, base + N).await;
-            let direct_rate = N as f64 / t0.elapsed().as_secs_f64();
-            let base = total.load(Ordering::Relaxed);
-            let t0 = Instant::now();
-            for _ in 0..N {
-                one.tell(Hit).unwrap();
-            }
-            wait_total(&total, base + N).await;
-            let sharded_rate = N as f64 / t0.elapsed().as_secs_f64();
-            println!(
-            "  direct ActorRef::tell   {:>10.0} msg/s\n  sharded EntityRef::tell {:>10.0} msg/s  ({:.2}x direct)",
-            direct_rate,
-            sharded_rate,
-            sharded_rate / direct_rate
-        );
+            rates.print("tell", "direct ActorRef::tell", "sharded EntityRef::tell");
         }
 
         // Round robin over 10,000 entities.
@@ -168,35 +184,40 @@ fn main() {
             }
             let twins: Vec<ActorRef<Target>> =
                 (0..E).map(|_| spawn_twin(&system, &total)).collect();
-            let rounds = (N as usize) / E;
-            let base = total.load(Ordering::Relaxed);
-            let t0 = Instant::now();
-            for _ in 0..rounds {
-                for a in &twins {
-                    a.tell(Hit).unwrap();
+            // A chunk is whole passes over the entities.
+            let passes = (chunk as usize).div_ceil(E).max(1);
+            let per_chunk = (passes * E) as u64;
+            println!("sharding bench: tell, round robin over {E} entities, {N} messages a round");
+            let mut rates = SideBySide::default();
+            for round in 0..rounds {
+                let (mut d, mut s) = (Tally::default(), Tally::default());
+                for c in 0..N.div_ceil(per_chunk) {
+                    for direct_turn in side_by_side::order(round, c) {
+                        let base = total.load(Ordering::Relaxed);
+                        let t0 = Instant::now();
+                        for _ in 0..passes {
+                            if direct_turn {
+                                for a in &twins {
+                                    a.tell(Hit).unwrap();
+                                }
+                            } else {
+                                for r in &refs {
+                                    r.tell(Hit).unwrap();
+                                }
+                            }
+                        }
+                        wait_total(&total, base + per_chunk).await;
+                        let tally = if direct_turn { &mut d } else { &mut s };
+                        tally.add(per_chunk, t0.elapsed().as_secs_f64());
+                    }
                 }
+                rates.push(&d, &s);
             }
-            wait_total(&total, base + N).await;
-            let direct_rr = N as f64 / t0.elapsed().as_secs_f64();
-            let base = total.load(Ordering::Relaxed);
-            let t0 = Instant::now();
-            for _ in 0..rounds {
-                for r in &refs {
-                    r.tell(Hit).unwrap();
-                }
-            }
-            wait_total(&total, base + N).await;
-            let sharded_rr = N as f64 / t0.elapsed().as_secs_f64();
+            rates.print("round robin", "direct", "sharded");
             println!(
                 "  routing so far: {:?}",
                 sharding.routing_stats::<Target>().unwrap()
             );
-            println!(
-            "sharding bench: tell, round robin over {E} entities\n  direct  {:>10.0} msg/s\n  sharded {:>10.0} msg/s  ({:.2}x direct)",
-            direct_rr,
-            sharded_rr,
-            sharded_rr / direct_rr
-        );
         }
 
         // Ask round trip.

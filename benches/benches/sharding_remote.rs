@@ -9,15 +9,18 @@
 //! host); it starts two more nodes as child processes (this program re-run
 //! as `node SEED`). Each node hosts the `sink` entity type and a plain
 //! actor of the same type named `plain`. Then, from the first node:
-//! - tell: 1,000,000 messages with a 100-byte body to one entity that
+//! - tell: 2,000,000 messages with a 100-byte body to one entity that
 //!   lives on another node, and the same to that node's `plain` actor;
-//!   messages per second (each run ends with an ask that confirms the count).
-//!   Twice: with `send`, which waits for room while the queue to the node
-//!   is full, and with `tell` retried at once after each refusal (the
-//!   sender then spins on one of the cores the receiver needs). Five
-//!   rounds (`TELL_ROUNDS`), each with a plain and a sharded run of both,
-//!   their order alternating; it prints each side's median rate and the
-//!   median of the rounds' ratios;
+//!   messages per second (each chunk of a run ends with an ask that
+//!   confirms its count). Twice: with `send`, which waits for room while
+//!   the queue to the node is full, and with `tell` retried at once after
+//!   each refusal (the sender then spins on one of the cores the receiver
+//!   needs). Five rounds (`TELL_ROUNDS`), each with a plain and a sharded
+//!   run of both; a run goes in chunks of 500,000 messages (`TELL_CHUNK`)
+//!   and the two sides' chunks alternate, the side that goes first
+//!   alternating too, so that both sides meet the same drift of the host
+//!   (`support/side_by_side.rs`). It prints each side's median rate and the median of the rounds'
+//!   ratios;
 //! - ask: 20,000 sequential asks (after 1,000 to warm up) to that entity
 //!   and to `plain`; round-trip p50 and p99;
 //! - allocation: the first message to 300 entities of shards that have no
@@ -27,7 +30,7 @@
 //! Sections can be chosen (`-- tell ask alloc`; all by default), and
 //! `plain` or `sharded` limits tell and ask to one side (to profile one).
 //! `TELL_N=4000000` in the environment sends that many messages in each
-//! tell run instead of 1,000,000 (a longer run to profile), and
+//! tell run instead of 2,000,000 (a longer run to profile), and
 //! `TELL_WAYS=send` or `TELL_WAYS=tell` runs only one of the two ways.
 
 #![allow(clippy::print_stdout)]
@@ -42,14 +45,15 @@ use troupe_core::remote::{Address, RemoteSettings};
 use troupe_core::rt;
 use troupe_sharding::{ClusterSharding, EntityId, EntityRef, ShardingSettings};
 
-const TELL_N: u64 = 1_000_000;
+#[path = "support/side_by_side.rs"]
+mod side_by_side;
+use side_by_side::{env_count, SideBySide, Tally};
+
+const TELL_N: u64 = 2_000_000;
 
 /// Messages per tell run: `TELL_N` from the environment, or `TELL_N`.
 fn tell_n() -> u64 {
-    std::env::var("TELL_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(TELL_N)
+    env_count("TELL_N", TELL_N)
 }
 const ASK_N: usize = 20_000;
 const WARMUP: usize = 1_000;
@@ -176,84 +180,52 @@ fn p(sorted: &[Duration], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e6
 }
 
-/// Sends `tell_n()` 100-byte bodies with `tell` (retrying at once while the
-/// queue to the node is full) and returns messages per second, counted by
-/// the ask that `received` sends behind them.
-async fn tell_rate<F>(tell: impl Fn(Body) -> bool, received: impl FnOnce() -> F) -> f64
-where
+/// Sends `n` 100-byte bodies with `tell` (retrying at once while the queue
+/// to the node is full); the messages counted by the ask that `received`
+/// sends behind them go into `tally` with the time from the first send to
+/// the count.
+async fn tell_chunk<F>(
+    n: u64,
+    tell: impl Fn(Body) -> bool,
+    received: impl FnOnce() -> F,
+    tally: &mut Tally,
+) where
     F: std::future::Future<Output = Result<u64, troupe_core::AskError>>,
 {
     let body = vec![7u8; 100];
     let t0 = Instant::now();
-    for _ in 0..tell_n() {
+    for _ in 0..n {
         while !tell(Body(body.clone())) {
             rt::yield_now().await;
         }
     }
-    let n = received().await.unwrap();
-    n as f64 / t0.elapsed().as_secs_f64()
+    tally.add(received().await.unwrap(), t0.elapsed().as_secs_f64());
 }
 
-/// As `tell_rate`, with `send`, which waits for room in the queue.
-async fn send_rate<F>(send: impl AsyncFn(Body), received: impl FnOnce() -> F) -> f64
-where
+/// As `tell_chunk`, with `send`, which waits for room in the queue.
+async fn send_chunk<F>(
+    n: u64,
+    send: impl AsyncFn(Body),
+    received: impl FnOnce() -> F,
+    tally: &mut Tally,
+) where
     F: std::future::Future<Output = Result<u64, troupe_core::AskError>>,
 {
     let body = vec![7u8; 100];
     let t0 = Instant::now();
-    for _ in 0..tell_n() {
+    for _ in 0..n {
         send(Body(body.clone())).await;
     }
-    let n = received().await.unwrap();
-    n as f64 / t0.elapsed().as_secs_f64()
+    tally.add(received().await.unwrap(), t0.elapsed().as_secs_f64());
 }
 
-/// Tell rounds: `TELL_ROUNDS` from the environment, or 5.
-fn tell_rounds() -> usize {
-    std::env::var("TELL_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5)
-}
-
-/// Messages per second of one way of telling, per round, on each side.
-#[derive(Default)]
-struct Rates {
-    plain: Vec<f64>,
-    sharded: Vec<f64>,
-}
-
-impl Rates {
-    /// Prints the median rate of each side and the median of the rounds'
-    /// ratios (sharded / plain), with every round's ratio.
-    fn print(&self, what: &str) {
-        let ratios: Vec<f64> = self
-            .plain
-            .iter()
-            .zip(&self.sharded)
-            .map(|(p, s)| s / p)
-            .collect();
-        let rounds: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        println!(
-            "  {what}: plain remote {:>10.0} msg/s, sharded {:>10.0} msg/s ({:.2}x; medians of {} rounds, whose ratios were {})",
-            median(&self.plain),
-            median(&self.sharded),
-            median(&ratios),
-            self.plain.len().max(self.sharded.len()),
-            rounds.join(" ")
-        );
-    }
-}
-
-/// The median (NaN for none).
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+/// Messages per chunk of a tell run: `TELL_CHUNK` from the environment, or
+/// 500,000 (a fifth of a second at this host's rates: long enough that a
+/// chunk's start and end, when the connection's queue fills and drains,
+/// are a small part of it).
+fn chunks() -> (u64, u64) {
+    let size = env_count("TELL_CHUNK", 500_000).min(tell_n());
+    (tell_n().div_ceil(size), size)
 }
 
 /// True if `section` was asked for on the command line, or none was.
@@ -331,52 +303,55 @@ fn main() {
         println!("sharding remote bench: 3 processes; the target lives on {target_node}");
 
         // Tell: rounds of the four runs, plain and sharded side by side in
-        // each (the host's speed drifts between runs more than the two
-        // sides differ; a round's ratio compares runs seconds apart).
+        // each, in chunks that alternate between the two sides (the host's
+        // speed drifts between runs more than the two sides differ: runs
+        // seconds apart gave ratios from 0.65 to 1.14 for one build;
+        // chunks a fifth of a second apart meet the same host).
         let body = vec![7u8; 100];
         if wanted(&args, "tell") {
             let plain_received = || plain.ask_timeout(Received, Duration::from_secs(120));
             let sharded_received = || entity.ask_timeout(Received, Duration::from_secs(120));
-            let mut send = Rates::default();
-            let mut tell = Rates::default();
+            let mut send = SideBySide::default();
+            let mut tell = SideBySide::default();
             let ways = std::env::var("TELL_WAYS").unwrap_or_default();
             let (with_send, with_tell) = (ways != "tell", ways != "send");
-            for round in 0..tell_rounds() {
-                // Each side goes first in every other round.
-                for plain_turn in [round % 2 == 0, round % 2 != 0] {
+            let (n_chunks, chunk) = chunks();
+            for round in 0..env_count("TELL_ROUNDS", 5) as usize {
+                let (mut p, mut s) = (Tally::default(), Tally::default());
+                for c in 0..n_chunks {
                     if !with_send {
                         break;
                     }
-                    if plain_turn && plain_side {
-                        send.plain.push(
-                            send_rate(async |b| plain.send(b).await.expect("send"), plain_received)
-                                .await,
-                        );
-                    } else if !plain_turn && sharded_side {
-                        send.sharded.push(
-                            send_rate(
-                                async |b| entity.send(b).await.expect("send"),
-                                sharded_received,
-                            )
-                            .await,
-                        );
+                    for plain_turn in side_by_side::order(round, c) {
+                        if plain_turn && plain_side {
+                            let send = async |b| plain.send(b).await.expect("send");
+                            send_chunk(chunk, send, plain_received, &mut p).await;
+                        } else if !plain_turn && sharded_side {
+                            let send = async |b| entity.send(b).await.expect("send");
+                            send_chunk(chunk, send, sharded_received, &mut s).await;
+                        }
                     }
                 }
-                for plain_turn in [round % 2 == 0, round % 2 != 0] {
+                send.push(&p, &s);
+                let (mut p, mut s) = (Tally::default(), Tally::default());
+                for c in 0..n_chunks {
                     if !with_tell {
                         break;
                     }
-                    if plain_turn && plain_side {
-                        tell.plain
-                            .push(tell_rate(|b| plain.tell(b).is_ok(), plain_received).await);
-                    } else if !plain_turn && sharded_side {
-                        tell.sharded
-                            .push(tell_rate(|b| entity.tell(b).is_ok(), sharded_received).await);
+                    for plain_turn in side_by_side::order(round, c) {
+                        if plain_turn && plain_side {
+                            let tell = |b| plain.tell(b).is_ok();
+                            tell_chunk(chunk, tell, plain_received, &mut p).await;
+                        } else if !plain_turn && sharded_side {
+                            let tell = |b| entity.tell(b).is_ok();
+                            tell_chunk(chunk, tell, sharded_received, &mut s).await;
+                        }
                     }
                 }
+                tell.push(&p, &s);
             }
-            send.print("send (100 B)");
-            tell.print("tell (100 B, retried at once)");
+            send.print("send (100 B)", "plain remote", "sharded");
+            tell.print("tell (100 B, retried at once)", "plain remote", "sharded");
         }
 
         // Ask.

@@ -132,6 +132,7 @@ impl<E: Entity> Table<E> {
         self.get_key_value(id).map(|(_, e)| e)
     }
 
+    #[inline]
     fn get_key_value<K: EntityKey + ?Sized>(
         &self,
         id: &K,
@@ -239,6 +240,7 @@ impl<E: Entity> ActiveEntities<E> {
 
     /// Runs `send` with the entity's actor and `item` if the table is open
     /// and the entity active, and records the access when it succeeds.
+    #[inline]
     pub(crate) fn send<T, K: EntityKey + ?Sized>(
         &self,
         id: &K,
@@ -270,6 +272,7 @@ impl<E: Entity> ActiveEntities<E> {
         })
     }
 
+    #[inline]
     fn touch(&self, table: &Table<E>, id: &EntityId, entity: &ActiveEntity<E>) {
         let epoch = self.epoch.load(Ordering::Relaxed);
         if entity.touched.load(Ordering::Relaxed) != epoch {

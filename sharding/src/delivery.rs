@@ -241,6 +241,7 @@ where
     /// reason.
     /// `queued`: through the connection's queue always (a sender of many
     /// in a row; see `ActorSystem::send_encoded_queued`).
+    #[inline]
     pub(crate) fn send_remote<E: Entity>(
         self,
         system: &ActorSystem,
@@ -404,6 +405,7 @@ impl<E: Entity> Deliveries<E> {
     /// Where `manifest` is, if it is registered; `hint` is tried first
     /// (a reader's last answer: a stream of one message type then costs a
     /// comparison, not a hash).
+    #[inline]
     pub(crate) fn position(&self, manifest: &[u8], hint: usize) -> Option<usize> {
         match self.list.get(hint) {
             Some((m, _)) if m.as_bytes() == manifest => Some(hint),
@@ -412,6 +414,7 @@ impl<E: Entity> Deliveries<E> {
     }
 
     /// The manifest at `at` (from `position`) and its delivery.
+    #[inline]
     pub(crate) fn at(&self, at: usize) -> (&'static str, &EncodedDelivery<E>) {
         let (m, d) = &self.list[at];
         (m, d)
@@ -423,6 +426,7 @@ impl<E: Entity> Deliveries<E> {
 /// the message can go to its next incarnation). A message that cannot be
 /// decoded is logged and dropped. `delivery`: how `manifest` reaches the
 /// entity, when the region has it (else the system looks it up).
+#[inline]
 pub(crate) fn deliver_bytes<E: Entity>(
     system: &ActorSystem,
     delivery: Option<&EncodedDelivery<E>>,

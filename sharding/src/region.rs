@@ -273,6 +273,7 @@ impl<E: Entity> RegionShared<E> {
     /// connection's own cache (no lock, no reference count written, once
     /// the shard was seen on it); an error if a shard id new to the cache
     /// is not UTF-8.
+    #[inline]
     fn cached_route<'c>(
         &self,
         cache: &'c mut ReaderCache<E>,

@@ -34,6 +34,7 @@ pub(crate) fn text<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, String> {
 
 /// Writes the envelope of a message for `entity` of `shard` at the end of
 /// `buf`; `message` appends the message's bytes (in `manifest`'s form).
+#[inline]
 pub(crate) fn write(
     buf: &mut Vec<u8>,
     entity: &str,
@@ -50,6 +51,7 @@ pub(crate) fn write(
 }
 
 /// Reads an envelope from untrusted bytes: an error, never a panic.
+#[inline]
 pub(crate) fn read(bytes: &[u8]) -> Result<ShardEnvelopeRef<'_>, String> {
     let rest = match bytes.split_first() {
         // A fixarray of 4, as `write` writes it.
@@ -80,7 +82,23 @@ pub(crate) fn read(bytes: &[u8]) -> Result<ShardEnvelopeRef<'_>, String> {
 
 /// Reads a MessagePack string's bytes (not validated: see
 /// `ShardEnvelopeRef`).
+#[inline]
 fn read_str<'a>(bytes: &'a [u8], what: &str) -> Result<(&'a [u8], &'a [u8]), String> {
+    // A fixstr (every id and manifest under 32 bytes) in line; the rest,
+    // and every error, in the call below.
+    if let Some((&marker, rest)) = bytes.split_first() {
+        let len = usize::from(marker & 0x1f);
+        if marker & 0xe0 == 0xa0 && rest.len() >= len {
+            return Ok(rest.split_at(len));
+        }
+    }
+    read_long_str(bytes, what)
+}
+
+/// `read_str` for a string that is not a whole fixstr.
+#[cold]
+#[inline(never)]
+fn read_long_str<'a>(bytes: &'a [u8], what: &str) -> Result<(&'a [u8], &'a [u8]), String> {
     let bad = |e: &dyn std::fmt::Display| format!("the {what} of a shard envelope: {e}");
     let Some((&marker, rest)) = bytes.split_first() else {
         return Err(bad(&"missing"));

@@ -133,6 +133,7 @@ impl Association {
     }
 
     /// A user message frame whose payload `write` puts in place.
+    #[inline]
     fn encode_frame(
         &self,
         to: &RemotePath,
@@ -160,6 +161,7 @@ impl Association {
     /// in the wire form of `manifest`), on the ordinary connection.
     /// `direct`: the frame may be written straight to an idle connection
     /// (see `Lane::push`); else it is queued for the writer.
+    #[inline]
     pub(crate) fn send_encoded(
         &self,
         to: &RemotePath,
@@ -205,6 +207,7 @@ impl Association {
     /// Refuses a send to a full queue before its frame is encoded: a
     /// sender that retries at once while the queue is full (a `tell` in a
     /// loop) then spends nothing on frames that are thrown away.
+    #[inline]
     fn refuse_early(&self, stream: Stream) -> Result<(), SendError> {
         let lane = self.lane(stream);
         if lane.is_full() && !lane.is_closed() {
@@ -257,6 +260,7 @@ impl Association {
 
     /// As `enqueue`; `direct`: the frame may be written straight to an
     /// idle connection (`Lane::push`), else it goes to the writer.
+    #[inline]
     fn enqueue_via(&self, stream: Stream, frame: Vec<u8>, direct: bool) -> bool {
         self.ensure_writer(stream);
         if !direct || self.held(stream) {
@@ -285,6 +289,7 @@ impl Association {
         }
     }
 
+    #[inline]
     fn ensure_writer(&self, stream: Stream) {
         let lane = self.lane(stream);
         if !lane.writer_started.load(Ordering::Relaxed)

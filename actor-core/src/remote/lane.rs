@@ -98,6 +98,7 @@ impl Lane {
     }
 
     /// Takes a place for one frame, if there is room.
+    #[inline]
     fn reserve(&self) -> bool {
         self.in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -116,6 +117,7 @@ impl Lane {
     }
 
     /// Queues a frame in a place already reserved.
+    #[inline]
     fn enqueue_reserved(&self, frame: Vec<u8>) -> bool {
         if self.tx.try_send(frame).is_ok() {
             true
@@ -126,12 +128,14 @@ impl Lane {
     }
 
     /// Queues a frame, if there is room.
+    #[inline]
     pub(crate) fn queue(&self, frame: Vec<u8>) -> bool {
         let _order = self.slot();
         self.queue_locked(frame)
     }
 
     /// As `queue`, with the slot lock held by the caller.
+    #[inline]
     fn queue_locked(&self, frame: Vec<u8>) -> bool {
         self.reserve() && self.enqueue_reserved(frame)
     }

@@ -129,6 +129,7 @@ impl RemoteTarget {
     /// `write` straight into the frame); the reply of an ask reaches
     /// `reply` as it came (see `ActorSystem::send_encoded`). On failure
     /// `reply` is failed with the reason.
+    #[inline]
     pub(crate) fn send_encoded(
         &self,
         manifest: &'static str,
