@@ -92,6 +92,10 @@ async fn up(node: &Node, n: usize) {
 }
 
 fn main() {
+    // `RUST_LOG=troupe_sharding=debug` shows each hand-off.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
     rt::block_on(async {
         const ENTITIES: usize = 100_000;
         const RATE: u64 = 20_000;
@@ -100,6 +104,13 @@ fn main() {
         let others = [start(Some(&seed)), start(Some(&seed))];
         up(&first, 3).await;
         let nodes = [&first, &others[0], &others[1]];
+        // Every region registered with the coordinator before the first
+        // shard is allocated, so that the shards spread over the three.
+        for n in nodes {
+            while !n.sharding.is_registered::<Item>().await.unwrap_or(false) {
+                rt::sleep(Duration::from_millis(20)).await;
+            }
+        }
         println!("sharding rebalance bench: starting {ENTITIES} entities on 3 nodes");
         let t0 = Instant::now();
         let refs: Vec<Vec<EntityRef<Item>>> = nodes
