@@ -55,6 +55,10 @@ pub struct ShardCoordinator<E: Entity> {
     regions: HashMap<RegionId, ActorRef<Region<E>>>,
     /// Shards being handed off.
     rebalancing: HashMap<ShardId, RebalanceWorker>,
+    /// The number of the last hand-off attempt (the first is random, so
+    /// that the attempts of a coordinator that takes over are not its
+    /// predecessor's).
+    last_attempt: u64,
     /// Shards handed off whose old home holds messages for them: their
     /// new home is announced once those are there.
     flushing: HashMap<ShardId, PendingFlush>,
@@ -111,6 +115,7 @@ impl<E: Entity> ShardCoordinator<E> {
             },
             regions: HashMap::new(),
             rebalancing: HashMap::new(),
+            last_attempt: fastrand::u64(..u64::MAX / 2),
             flushing: HashMap::new(),
             shutting_down: BTreeSet::new(),
             unconfirmed: HashMap::new(),
@@ -223,6 +228,14 @@ impl<E: Entity> ShardCoordinator<E> {
                 tracing::debug!("sharding: cannot tell region {region}: {e}");
             }
         }
+    }
+
+    /// True if some member sees `node` as unreachable.
+    fn is_unreachable(&self, node: &UniqueAddress) -> bool {
+        self.cluster_state
+            .unreachable
+            .iter()
+            .any(|m| &m.node == node)
     }
 
     fn member_status(&self, node: &UniqueAddress) -> Option<MemberStatus> {
@@ -473,16 +486,30 @@ impl<E: Entity> ShardCoordinator<E> {
             return;
         };
         let routers = self.all_routers();
+        // A region on an unreachable member cannot acknowledge: the attempt
+        // would only hold the shard's messages in the other regions until
+        // it is abandoned. A later tick tries again (as do graceful
+        // shutdowns, which Pekko's least-shard strategy does not hold).
+        if let Some(cut_off) = routers.iter().find(|r| self.is_unreachable(r)) {
+            tracing::debug!(
+                "sharding: hand-off of shard {shard} of `{}` waits: region {cut_off} is unreachable",
+                E::TYPE_NAME
+            );
+            return;
+        }
+        self.last_attempt += 1;
+        let attempt = self.last_attempt;
         tracing::debug!(
-            "sharding: hand-off of shard {shard} of `{}` from {from} begins",
+            "sharding: hand-off of shard {shard} of `{}` from {from} begins (attempt {attempt})",
             E::TYPE_NAME
         );
-        let worker = RebalanceWorker::new(shard.clone(), from, routers.iter().cloned());
+        let worker = RebalanceWorker::new(shard.clone(), from, attempt, routers.iter().cloned());
         for r in routers {
             self.tell_region(
                 &r,
                 BeginHandOff {
                     shard: shard.clone(),
+                    attempt,
                 },
             );
         }
@@ -498,6 +525,7 @@ impl<E: Entity> ShardCoordinator<E> {
         holding: bool,
         ctx: &mut Context<Self>,
     ) {
+        let attempt = self.rebalancing.get(shard).map_or(0, |w| w.attempt());
         match progress {
             HandOffProgress::Waiting => {}
             HandOffProgress::SendHandOff(from) => {
@@ -505,6 +533,7 @@ impl<E: Entity> ShardCoordinator<E> {
                     &from,
                     HandOff {
                         shard: shard.clone(),
+                        attempt,
                     },
                 );
             }
@@ -524,12 +553,24 @@ impl<E: Entity> ShardCoordinator<E> {
                     return;
                 };
                 let from = worker.from().clone();
-                tracing::warn!(
-                    "sharding: shard {shard} of `{}` was not handed off by {from} in time; it stays there",
-                    E::TYPE_NAME
-                );
+                if worker.is_stopping() {
+                    tracing::warn!(
+                        "sharding: shard {shard} of `{}` was not handed off by {from} in time; it \
+                         stays there",
+                        E::TYPE_NAME
+                    );
+                } else {
+                    let silent: Vec<String> =
+                        worker.unacknowledged().map(|r| r.to_string()).collect();
+                    tracing::warn!(
+                        "sharding: hand-off of shard {shard} of `{}` abandoned: no acknowledgement \
+                         from {} within handoff-timeout; it stays on {from} and is moved later",
+                        E::TYPE_NAME,
+                        silent.join(", ")
+                    );
+                }
                 // The old home too: it buffers the shard's messages since
-                // `HandOff` and keeps the shard after all.
+                // `HandOff` (if it got it) and keeps the shard after all.
                 self.tell_home_to_all(shard, &from, true);
             }
         }
@@ -613,7 +654,10 @@ impl<E: Entity> ShardCoordinator<E> {
                 None => continue,
             };
             match progress {
-                HandOffProgress::SendHandOff(from) => self.tell_region(&from, HandOff { shard: s }),
+                HandOffProgress::SendHandOff(from) => {
+                    let attempt = self.rebalancing.get(&s).map_or(0, |w| w.attempt());
+                    self.tell_region(&from, HandOff { shard: s, attempt })
+                }
                 HandOffProgress::Done | HandOffProgress::Failed => {
                     // Its home is gone, so are its entities.
                     self.rebalancing.remove(&s);
@@ -828,21 +872,27 @@ impl<E: Entity> ShardCoordinator<E> {
 
     async fn on_begin_hand_off_ack(&mut self, msg: BeginHandOffAck, ctx: &mut Context<Self>) {
         let progress = match self.rebalancing.get_mut(&msg.shard) {
-            Some(w) => w.acked(&msg.region),
-            None => return,
+            Some(w) if w.attempt() == msg.attempt => w.acked(&msg.region),
+            // Of an abandoned attempt, or none running.
+            _ => return,
         };
         self.advance(&msg.shard, progress, false, ctx).await;
     }
 
     async fn on_shard_stopped(&mut self, msg: ShardStopped, ctx: &mut Context<Self>) {
         let progress = match self.rebalancing.get_mut(&msg.shard) {
-            Some(w) => w.stopped(&msg.region),
+            Some(w) if w.attempt() == msg.attempt => w.stopped(&msg.region),
+            // An answer to an earlier attempt: this one's `HandOff` gets
+            // its own.
+            Some(_) => return,
             None => {
-                // A hand-off that was given up finished after all: the
-                // shard has no running home any more.
+                // The shard stopped outside a running hand-off (one given
+                // up that finished after all, or one a previous coordinator
+                // began). Regions were told it stays there and may be
+                // sending to it directly: a new attempt makes each of them
+                // acknowledge behind what it sent before the shard moves.
                 if self.state.shards.get(&msg.shard) == Some(&msg.region) {
-                    self.finish_hand_off(&msg.shard, msg.region, msg.holding)
-                        .await;
+                    self.start_hand_off(msg.shard, ctx);
                 }
                 return;
             }

@@ -47,6 +47,9 @@ pub(crate) struct ShardStarted {
 pub(crate) struct BeginHandOffAck {
     pub(crate) shard: ShardId,
     pub(crate) region: RegionId,
+    /// The `BeginHandOff`'s attempt: an acknowledgement of an earlier,
+    /// abandoned attempt vouches for nothing in this one.
+    pub(crate) attempt: u64,
 }
 
 /// The shard's entities have all stopped: it can move.
@@ -60,6 +63,9 @@ pub(crate) struct ShardStopped {
     /// home must get them before anything sent there directly.
     #[serde(default)]
     pub(crate) holding: bool,
+    /// The attempt of the `HandOff` this answers (0: the shard stopped
+    /// without one).
+    pub(crate) attempt: u64,
 }
 
 /// A region is shutting down: hand off all its shards.
@@ -119,6 +125,9 @@ pub(crate) struct FlushShard {
 #[message(name = "troupe.sharding.BeginHandOff")]
 pub(crate) struct BeginHandOff {
     pub(crate) shard: ShardId,
+    /// Which attempt to move the shard this is (unique to the coordinator
+    /// that started it; the acknowledgement carries it back).
+    pub(crate) attempt: u64,
 }
 
 /// Stop the shard's entities and report `ShardStopped`.
@@ -126,6 +135,8 @@ pub(crate) struct BeginHandOff {
 #[message(name = "troupe.sharding.HandOff")]
 pub(crate) struct HandOff {
     pub(crate) shard: ShardId,
+    /// The attempt, for the `ShardStopped` that answers.
+    pub(crate) attempt: u64,
 }
 
 // ---- region -> region ----

@@ -1,8 +1,17 @@
 //! One hand-off of one shard, as the coordinator drives it (Pekko's
 //! `RebalanceWorker`): every region and proxy is told `BeginHandOff` and
-//! starts buffering the shard's messages; once all have acknowledged (or
-//! `handoff-timeout` has passed), the shard's home region is told
-//! `HandOff`; it stops the entities and answers `ShardStopped`.
+//! starts buffering the shard's messages; once all have acknowledged, the
+//! shard's home region is told `HandOff`; it stops the entities and
+//! answers `ShardStopped`.
+//!
+//! A hand-off that does not get every acknowledgement within
+//! `handoff-timeout` is abandoned, as Pekko's is, and the shard stays
+//! where it is: a region that has not acknowledged may still have
+//! messages on their way to the old home (an acknowledgement goes behind
+//! them), and moving the shard would let that region's later messages
+//! reach the new home first. Each attempt has a number, as Pekko's has a
+//! worker actor of its own, so that a late answer to an abandoned attempt
+//! counts for nothing in the next.
 
 use crate::allocation::RegionId;
 use crate::extractor::ShardId;
@@ -34,6 +43,7 @@ enum Phase {
 #[derive(Debug)]
 pub(crate) struct RebalanceWorker {
     from: RegionId,
+    attempt: u64,
     pending: BTreeSet<RegionId>,
     phase: Phase,
     since: Instant,
@@ -43,10 +53,12 @@ impl RebalanceWorker {
     pub(crate) fn new(
         _shard: ShardId,
         from: RegionId,
+        attempt: u64,
         routers: impl IntoIterator<Item = RegionId>,
     ) -> Self {
         RebalanceWorker {
             from,
+            attempt,
             pending: routers.into_iter().collect(),
             phase: Phase::Acking,
             since: Instant::now(),
@@ -56,6 +68,21 @@ impl RebalanceWorker {
     /// The region the shard leaves.
     pub(crate) fn from(&self) -> &RegionId {
         &self.from
+    }
+
+    /// This attempt's number, which the regions' answers carry.
+    pub(crate) fn attempt(&self) -> u64 {
+        self.attempt
+    }
+
+    /// The regions that have not acknowledged `BeginHandOff`.
+    pub(crate) fn unacknowledged(&self) -> impl Iterator<Item = &RegionId> {
+        self.pending.iter()
+    }
+
+    /// True once `HandOff` has been sent.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.phase == Phase::Stopping
     }
 
     fn begin_stopping(&mut self) -> HandOffProgress {
@@ -73,8 +100,10 @@ impl RebalanceWorker {
         }
     }
 
+    /// The home's `ShardStopped` for this attempt (which it sends only
+    /// after this attempt's `HandOff`).
     pub(crate) fn stopped(&mut self, region: &RegionId) -> HandOffProgress {
-        if *region == self.from {
+        if *region == self.from && self.phase == Phase::Stopping {
             HandOffProgress::Done
         } else {
             HandOffProgress::Waiting
@@ -89,10 +118,10 @@ impl RebalanceWorker {
         self.acked(region)
     }
 
-    /// Acknowledgements that do not come within `timeout` are not waited
-    /// for (their regions are unreachable, and will forward to the old home
-    /// which buffers and forwards); a shard that does not stop within
-    /// twice the timeout stays where it is.
+    /// A hand-off whose acknowledgements do not all come within `timeout`
+    /// is abandoned (the shard never stopped: it stays where it is); a
+    /// shard that does not stop within twice the timeout stays where it
+    /// is too.
     pub(crate) fn check_timeout(
         &mut self,
         now: Instant,
@@ -100,7 +129,7 @@ impl RebalanceWorker {
     ) -> Option<HandOffProgress> {
         let waited = now.duration_since(self.since);
         match self.phase {
-            Phase::Acking if waited >= timeout => Some(self.begin_stopping()),
+            Phase::Acking if waited >= timeout => Some(HandOffProgress::Failed),
             Phase::Stopping if waited >= 2 * timeout => Some(HandOffProgress::Failed),
             _ => None,
         }
@@ -139,32 +168,51 @@ mod tests {
     #[test]
     fn hand_off_waits_for_every_ack_then_for_the_home() {
         let (a, b, c) = (region(1), region(2), region(3));
-        let mut w = RebalanceWorker::new("s".into(), a.clone(), [a.clone(), b.clone(), c.clone()]);
+        let mut w =
+            RebalanceWorker::new("s".into(), a.clone(), 7, [a.clone(), b.clone(), c.clone()]);
         assert_eq!(w.acked(&a), HandOffProgress::Waiting);
         assert_eq!(
             w.stopped(&a),
-            HandOffProgress::Done,
-            "a stopped shard is done whatever the acks"
+            HandOffProgress::Waiting,
+            "no stop counts before HandOff was sent"
         );
         assert_eq!(w.acked(&b), HandOffProgress::Waiting);
+        assert!(!w.is_stopping());
+        assert_eq!(w.unacknowledged().collect::<Vec<_>>(), [&c]);
         assert_eq!(w.region_gone(&c), HandOffProgress::SendHandOff(a.clone()));
+        assert!(w.is_stopping());
         assert_eq!(w.stopped(&b), HandOffProgress::Waiting);
         assert_eq!(w.stopped(&a), HandOffProgress::Done);
+        assert_eq!(w.attempt(), 7);
     }
 
     #[test]
-    fn silent_regions_are_not_waited_for_forever() {
+    fn a_hand_off_without_every_ack_in_time_is_abandoned() {
         let (a, b) = (region(1), region(2));
-        let mut w = RebalanceWorker::new("s".into(), a.clone(), [a.clone(), b.clone()]);
+        let mut w = RebalanceWorker::new("s".into(), a.clone(), 1, [a.clone(), b.clone()]);
         let t = Duration::from_secs(1);
         let start = Instant::now();
+        assert_eq!(w.acked(&a), HandOffProgress::Waiting);
         assert_eq!(w.check_timeout(start, t), None);
         assert_eq!(
             w.check_timeout(start + 2 * t, t),
-            Some(HandOffProgress::SendHandOff(a.clone()))
+            Some(HandOffProgress::Failed),
+            "abandoned: HandOff is never sent without b's acknowledgement"
         );
+        assert!(!w.is_stopping());
+    }
+
+    #[test]
+    fn a_shard_that_does_not_stop_in_time_stays() {
+        let (a, b) = (region(1), region(2));
+        let mut w = RebalanceWorker::new("s".into(), a.clone(), 1, [a.clone(), b.clone()]);
+        let t = Duration::from_secs(1);
+        w.acked(&b);
+        assert_eq!(w.acked(&a), HandOffProgress::SendHandOff(a.clone()));
+        let sent = Instant::now();
+        assert_eq!(w.check_timeout(sent + t, t), None);
         assert_eq!(
-            w.check_timeout(Instant::now() + 3 * t, t),
+            w.check_timeout(sent + 3 * t, t),
             Some(HandOffProgress::Failed)
         );
     }
@@ -172,7 +220,7 @@ mod tests {
     #[test]
     fn the_home_going_away_finishes_the_hand_off() {
         let (a, b) = (region(1), region(2));
-        let mut w = RebalanceWorker::new("s".into(), a.clone(), [a.clone(), b.clone()]);
+        let mut w = RebalanceWorker::new("s".into(), a.clone(), 1, [a.clone(), b.clone()]);
         assert_eq!(w.region_gone(&a), HandOffProgress::Done);
     }
 }

@@ -612,6 +612,9 @@ pub struct Region<E: Entity> {
     shards: HashMap<ShardId, ActorRef<Shard<E>>>,
     /// Shards whose hand-off has begun and whose new home is not known.
     handing_off: HashSet<ShardId>,
+    /// Shards hosted here that were told `HandOff`, with its attempt (for
+    /// the `ShardStopped` that answers once the shard has stopped).
+    hand_off_attempts: HashMap<ShardId, u64>,
     /// Shards hosted here whose previous home is passing on the messages
     /// it held for them: those go to the shard as they come, the messages
     /// of local senders wait in the buffer behind them until
@@ -732,6 +735,7 @@ impl<E: Entity> Region<E> {
             buffers: HashMap::new(),
             shards: HashMap::new(),
             handing_off: HashSet::new(),
+            hand_off_attempts: HashMap::new(),
             awaiting_flush: HashMap::new(),
             queue_full_log: LogLimit::per_second(),
             held: HashSet::new(),
@@ -1345,6 +1349,7 @@ impl<E: Entity> Region<E> {
         let ack = BeginHandOffAck {
             shard: shard.clone(),
             region: self.me.clone(),
+            attempt: msg.attempt,
         };
         if self.shards.contains_key(&shard) {
             // The shard is here: messages for it are still delivered to
@@ -1390,7 +1395,7 @@ impl<E: Entity> Region<E> {
     }
 
     async fn on_hand_off(&mut self, msg: HandOff, ctx: &mut Context<Self>) {
-        let shard = msg.shard;
+        let HandOff { shard, attempt } = msg;
         self.handing_off.insert(shard.clone());
         self.awaiting_flush.remove(&shard);
         self.shared.route(&shard).set_home(Home::Unknown);
@@ -1402,12 +1407,16 @@ impl<E: Entity> Region<E> {
             if self.shards.remove(&shard).is_some() {
                 self.shards_updated(ctx);
             }
+            self.hand_off_attempts.remove(&shard);
             let holding = self.buffers.contains_key(&shard);
             let _ = self.coordinator.tell(ShardStopped {
                 shard,
                 region: self.me.clone(),
                 holding,
+                attempt,
             });
+        } else {
+            self.hand_off_attempts.insert(shard, attempt);
         }
     }
 
@@ -1423,10 +1432,12 @@ impl<E: Entity> Region<E> {
             self.buffer(&route, d);
         }
         let holding = self.buffers.contains_key(&shard);
+        let attempt = self.hand_off_attempts.remove(&shard).unwrap_or(0);
         let _ = self.coordinator.tell(ShardStopped {
             shard,
             region: self.me.clone(),
             holding,
+            attempt,
         });
         self.finish_shutdown_if_done(ctx);
     }

@@ -28,9 +28,10 @@ pub struct ShardingSettings {
     /// this node's senders are refused with an error (messages from other
     /// nodes, accepted there, are not). Default 100,000.
     pub buffer_size: usize,
-    /// How long a hand-off may take before the coordinator gives it up and
-    /// entities that ignore their stop message are stopped
-    /// (`handoff-timeout`). Default 60 s.
+    /// How long the coordinator waits for every region to acknowledge a
+    /// hand-off before it abandons it (the shard stays where it is), and
+    /// how long entities may take to stop before those that ignore their
+    /// stop message are stopped (`handoff-timeout`). Default 60 s.
     pub handoff_timeout: Duration,
     /// How long the coordinator waits for a region to confirm that it
     /// started a shard before asking again (`shard-start-timeout`).

@@ -11,6 +11,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::*;
@@ -211,11 +212,23 @@ struct Choice {
     node: Mutex<Option<Address>>,
     /// Shards to move at the next rebalance.
     to_move: Mutex<BTreeSet<ShardId>>,
+    /// How often the coordinator consulted the strategy on rebalancing
+    /// (which it does only while no hand-off runs).
+    consulted: AtomicU64,
+    /// The consultation that last began a move (0: none yet).
+    moved_at: AtomicU64,
 }
 
 impl Choice {
     fn choose(&self, node: Option<&Node>) {
         *self.node.lock().unwrap() = node.map(|n| n.address());
+    }
+
+    /// True once the hand-offs of the last move have ended, moved or not
+    /// (the strategy was consulted again after it).
+    fn move_ended(&self) -> bool {
+        let moved_at = self.moved_at.load(Ordering::SeqCst);
+        moved_at > 0 && self.consulted.load(Ordering::SeqCst) > moved_at
     }
 }
 
@@ -246,6 +259,10 @@ impl ShardAllocationStrategy for OnChosenNode {
         let mut to_move = self.choice.to_move.lock().unwrap();
         let now: BTreeSet<ShardId> = to_move.difference(in_progress).cloned().collect();
         to_move.clear();
+        let consultation = self.choice.consulted.fetch_add(1, Ordering::SeqCst) + 1;
+        if !now.is_empty() {
+            self.choice.moved_at.store(consultation, Ordering::SeqCst);
+        }
         now
     }
 }
@@ -953,6 +970,102 @@ fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home()
             "once and in order ({queued} held in the queue to the old home)"
         );
         assert_eq!(probe.starts("held-ack"), 2, "one incarnation per home");
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(nodes.into_iter().chain([proxy])).await;
+    });
+}
+
+/// A hand-off that a region does not acknowledge within `handoff-timeout`
+/// is abandoned, as Pekko's is: that region may still have messages on
+/// their way to the old home (its acknowledgement goes behind them), and
+/// moving the shard would let its later messages reach the new home
+/// before them. The fault-injection switch holds the proxy's messages to
+/// the old home, its acknowledgement behind them, past the timeout: the
+/// shard stays where it is, and what the proxy buffered meanwhile goes to
+/// the old home behind what was held. Once the link flows again, a later
+/// attempt moves the shard. Every message arrives once and in order.
+#[test]
+fn a_hand_off_not_acknowledged_in_time_is_abandoned_and_nothing_is_reordered() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = ShardingSettings {
+            handoff_timeout: Duration::from_secs(1),
+            ..sharding_settings()
+        };
+        let (nodes, choice) = nodes_with_chosen_allocation(&probe, settings.clone()).await;
+        let proxy = proxy_with_small_queues(&nodes[0], settings);
+        let all: Vec<&Node> = nodes.iter().chain([&proxy]).collect();
+        all_up(&all, 4).await;
+        let (old, new) = (&nodes[1], &nodes[2]);
+        let target = proxy.counter("abandoned");
+        let shard: ShardId = target.shard_id().into();
+        choice.choose(Some(old));
+        assert_eq!(
+            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            old.name()
+        );
+
+        // The proxy's messages to the old home stay in their queue, which
+        // fills.
+        let faults = proxy.system.remoting().unwrap().fault_injector().unwrap();
+        faults.hold(&old.address());
+        let mut next = 0u64;
+        fill_queue(&target, &mut next);
+        let queued = next;
+        assert!(queued > 0, "nothing queued before the queue was full");
+
+        // The move begins: the proxy's acknowledgement waits behind the
+        // held messages, and what it is told meanwhile waits in its region.
+        choice.choose(Some(new));
+        choice.to_move.lock().unwrap().insert(shard.clone());
+        let waits = || {
+            proxy
+                .sharding
+                .routing_stats::<Counter>()
+                .unwrap()
+                .queue_full_waits
+        };
+        eventually("the acknowledgement waits", async || waits() > 0).await;
+        for _ in 0..20 {
+            target.tell(Seq(next)).unwrap();
+            next += 1;
+        }
+        // The hand-off ends without the acknowledgement: abandoned, the
+        // shard is still on the old home (moved, it would be on neither
+        // or on the new one).
+        eventually("the hand-off ended", async || choice.move_ended()).await;
+        assert!(
+            old.hosted_shards().await.contains(&*shard),
+            "the shard left its old home without every acknowledgement"
+        );
+        assert!(!new.hosted_shards().await.contains(&*shard));
+
+        // The link flows: the held messages, then the buffered ones, reach
+        // the entity on the old home.
+        faults.release(&old.address());
+        send_each(&[&target], [&mut next], 20, true).await;
+        await_received(&probe, "abandoned", next, "every message at the old home").await;
+        assert_eq!(probe.starts("abandoned"), 1, "the entity never moved");
+
+        // A later attempt, every region acknowledging, moves it.
+        move_shard_while(&choice, &shard, new, async || {
+            send_each(&[&target], [&mut next], 1, true).await;
+        })
+        .await;
+        send_each(&[&target], [&mut next], 20, true).await;
+        assert_eq!(
+            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            new.name()
+        );
+        let sent = next;
+        await_received(&probe, "abandoned", sent, "every message arrived").await;
+        assert_eq!(
+            probe.received("abandoned"),
+            (0..sent).collect::<Vec<_>>(),
+            "once and in order ({queued} held in the queue to the old home)"
+        );
+        assert_eq!(probe.starts("abandoned"), 2, "one incarnation per home");
         assert_eq!(probe.state(|p| p.max_alive), 1);
         shutdown_all(nodes.into_iter().chain([proxy])).await;
     });
