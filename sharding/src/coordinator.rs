@@ -55,6 +55,9 @@ pub struct ShardCoordinator<E: Entity> {
     regions: HashMap<RegionId, ActorRef<Region<E>>>,
     /// Shards being handed off.
     rebalancing: HashMap<ShardId, RebalanceWorker>,
+    /// Shards whose hand-off was abandoned, and when: the strategy's moves
+    /// leave them alone for `handoff-timeout`.
+    abandoned: HashMap<ShardId, Instant>,
     /// The number of the last hand-off attempt (the first is random, so
     /// that the attempts of a coordinator that takes over are not its
     /// predecessor's).
@@ -115,6 +118,7 @@ impl<E: Entity> ShardCoordinator<E> {
             },
             regions: HashMap::new(),
             rebalancing: HashMap::new(),
+            abandoned: HashMap::new(),
             last_attempt: fastrand::u64(..u64::MAX / 2),
             flushing: HashMap::new(),
             shutting_down: BTreeSet::new(),
@@ -478,25 +482,35 @@ impl<E: Entity> ShardCoordinator<E> {
         }
     }
 
-    fn start_hand_off(&mut self, shard: ShardId, ctx: &mut Context<Self>) {
+    /// Begins a hand-off of `shard`; false if none begins (one runs
+    /// already, the shard has no home or is being flushed, or a region
+    /// that would have to acknowledge is unreachable).
+    fn start_hand_off(&mut self, shard: ShardId, ctx: &mut Context<Self>) -> bool {
         if self.rebalancing.contains_key(&shard) || self.flushing.contains_key(&shard) {
-            return;
+            return false;
         }
         let Some(from) = self.state.shards.get(&shard).cloned() else {
-            return;
+            return false;
         };
         let routers = self.all_routers();
         // A region on an unreachable member cannot acknowledge: the attempt
         // would only hold the shard's messages in the other regions until
-        // it is abandoned. A later tick tries again (as do graceful
-        // shutdowns, which Pekko's least-shard strategy does not hold).
-        if let Some(cut_off) = routers.iter().find(|r| self.is_unreachable(r)) {
-            tracing::debug!(
-                "sharding: hand-off of shard {shard} of `{}` waits: region {cut_off} is unreachable",
-                E::TYPE_NAME
-            );
-            return;
+        // it is abandoned, so a later tick tries again. A graceful shutdown
+        // goes ahead: the regions that can be reached buffer the shard's
+        // messages (sent to the leaving node, they could be lost when it
+        // goes), and its hand-off waits for the others to come back or be
+        // removed (`waits_for_cut_off_regions`).
+        if !self.shutting_down.contains(&from) {
+            if let Some(cut_off) = routers.iter().find(|r| self.is_unreachable(r)) {
+                tracing::debug!(
+                    "sharding: hand-off of shard {shard} of `{}` waits: region {cut_off} is \
+                     unreachable",
+                    E::TYPE_NAME
+                );
+                return false;
+            }
         }
+        // Never 0 (which stands for "not numbered").
         self.last_attempt += 1;
         let attempt = self.last_attempt;
         tracing::debug!(
@@ -515,6 +529,19 @@ impl<E: Entity> ShardCoordinator<E> {
         }
         self.rebalancing.insert(shard, worker);
         self.arm_tick(ctx);
+        true
+    }
+
+    /// True if the hand-off of `shard` is not to be abandoned although its
+    /// acknowledgements are late: its home is shutting down and every
+    /// region that has not acknowledged is unreachable (an acknowledgement
+    /// comes when it is reachable again, or its removal counts as one).
+    fn waits_for_cut_off_regions(&self, shard: &ShardId) -> bool {
+        self.rebalancing.get(shard).is_some_and(|w| {
+            !w.is_stopping()
+                && self.shutting_down.contains(w.from())
+                && w.unacknowledged().all(|r| self.is_unreachable(r))
+        })
     }
 
     /// Moves the hand-off of `shard` on after an answer.
@@ -560,6 +587,7 @@ impl<E: Entity> ShardCoordinator<E> {
                         E::TYPE_NAME
                     );
                 } else {
+                    self.abandoned.insert(shard.clone(), Instant::now());
                     let silent: Vec<String> =
                         worker.unacknowledged().map(|r| r.to_string()).collect();
                     tracing::warn!(
@@ -872,7 +900,7 @@ impl<E: Entity> ShardCoordinator<E> {
 
     async fn on_begin_hand_off_ack(&mut self, msg: BeginHandOffAck, ctx: &mut Context<Self>) {
         let progress = match self.rebalancing.get_mut(&msg.shard) {
-            Some(w) if w.attempt() == msg.attempt => w.acked(&msg.region),
+            Some(w) if w.answered_by(msg.attempt) => w.acked(&msg.region),
             // Of an abandoned attempt, or none running.
             _ => return,
         };
@@ -881,7 +909,7 @@ impl<E: Entity> ShardCoordinator<E> {
 
     async fn on_shard_stopped(&mut self, msg: ShardStopped, ctx: &mut Context<Self>) {
         let progress = match self.rebalancing.get_mut(&msg.shard) {
-            Some(w) if w.attempt() == msg.attempt => w.stopped(&msg.region),
+            Some(w) if w.answered_by(msg.attempt) => w.stopped(&msg.region),
             // An answer to an earlier attempt: this one's `HandOff` gets
             // its own.
             Some(_) => return,
@@ -891,8 +919,13 @@ impl<E: Entity> ShardCoordinator<E> {
                 // began). Regions were told it stays there and may be
                 // sending to it directly: a new attempt makes each of them
                 // acknowledge behind what it sent before the shard moves.
-                if self.state.shards.get(&msg.shard) == Some(&msg.region) {
-                    self.start_hand_off(msg.shard, ctx);
+                if self.state.shards.get(&msg.shard) == Some(&msg.region)
+                    && !self.flushing.contains_key(&msg.shard)
+                    && !self.start_hand_off(msg.shard.clone(), ctx)
+                {
+                    // No attempt now (a region is unreachable): the shard
+                    // runs again where every region sends.
+                    self.host(&msg.shard, &msg.region, Instant::now());
                 }
                 return;
             }
@@ -943,6 +976,9 @@ impl<E: Entity> ShardCoordinator<E> {
     }
 
     async fn on_tick(&mut self, _msg: RebalanceTick, ctx: &mut Context<Self>) {
+        // Reachability decides whether hand-offs begin: not only from the
+        // membership events (a refresh that failed there is made up here).
+        self.refresh_cluster_state().await;
         // HostShard not confirmed in time: ask again.
         let now = Instant::now();
         let late: Vec<(ShardId, RegionId)> = self
@@ -964,8 +1000,14 @@ impl<E: Entity> ShardCoordinator<E> {
             })
             .collect();
         for (s, p) in stalled {
+            if p == HandOffProgress::Failed && self.waits_for_cut_off_regions(&s) {
+                continue;
+            }
             self.advance(&s, p, false, ctx).await;
         }
+        let backoff = self.settings.handoff_timeout;
+        self.abandoned
+            .retain(|_, at| now.duration_since(*at) < backoff);
         // Flushes that did not complete in time (the old home's messages
         // were lost on the way): the new home stops waiting for them.
         let late: Vec<ShardId> = self
@@ -1016,11 +1058,29 @@ impl<E: Entity> ShardCoordinator<E> {
         if !self.rebalancing.is_empty() {
             return;
         }
+        // No hand-off could begin (and a strategy's choice would be lost).
+        if self.all_routers().iter().any(|r| self.is_unreachable(r)) {
+            return;
+        }
         let current = self.state.allocations(|r| self.member_status(r).is_some());
         let me = self.cluster.self_node().clone();
         let view = ClusterView::new(&self.cluster_state, &me);
         let in_progress = BTreeSet::new();
-        let moves = self.strategy.rebalance(&current, &in_progress, &view);
+        let mut moves = self.strategy.rebalance(&current, &in_progress, &view);
+        // A shard whose hand-off was abandoned lately (a region's link to
+        // its home stalled) is left where it is for `handoff-timeout`: each
+        // attempt holds its messages in the regions that acknowledged.
+        moves.retain(|s| match self.abandoned.get(s) {
+            Some(_) => {
+                tracing::info!(
+                    "sharding: shard {s} of `{}` is not moved this round: its last hand-off was \
+                     abandoned less than handoff-timeout ago",
+                    E::TYPE_NAME
+                );
+                false
+            }
+            None => true,
+        });
         if !moves.is_empty() {
             tracing::info!(
                 "sharding: rebalancing {} shards of `{}`",

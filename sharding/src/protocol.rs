@@ -48,7 +48,9 @@ pub(crate) struct BeginHandOffAck {
     pub(crate) shard: ShardId,
     pub(crate) region: RegionId,
     /// The `BeginHandOff`'s attempt: an acknowledgement of an earlier,
-    /// abandoned attempt vouches for nothing in this one.
+    /// abandoned attempt vouches for nothing in this one (0: from a node
+    /// that does not number attempts, taken for the current one).
+    #[serde(default)]
     pub(crate) attempt: u64,
 }
 
@@ -63,8 +65,9 @@ pub(crate) struct ShardStopped {
     /// home must get them before anything sent there directly.
     #[serde(default)]
     pub(crate) holding: bool,
-    /// The attempt of the `HandOff` this answers (0: the shard stopped
-    /// without one).
+    /// The attempt of the `HandOff` this answers (0: from a node that does
+    /// not number attempts, taken for the current one).
+    #[serde(default)]
     pub(crate) attempt: u64,
 }
 
@@ -125,8 +128,9 @@ pub(crate) struct FlushShard {
 #[message(name = "troupe.sharding.BeginHandOff")]
 pub(crate) struct BeginHandOff {
     pub(crate) shard: ShardId,
-    /// Which attempt to move the shard this is (unique to the coordinator
-    /// that started it; the acknowledgement carries it back).
+    /// Which attempt to move the shard this is (never 0; unique to the
+    /// coordinator that started it; the acknowledgement carries it back).
+    #[serde(default)]
     pub(crate) attempt: u64,
 }
 
@@ -136,6 +140,7 @@ pub(crate) struct BeginHandOff {
 pub(crate) struct HandOff {
     pub(crate) shard: ShardId,
     /// The attempt, for the `ShardStopped` that answers.
+    #[serde(default)]
     pub(crate) attempt: u64,
 }
 

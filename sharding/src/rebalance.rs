@@ -75,6 +75,12 @@ impl RebalanceWorker {
         self.attempt
     }
 
+    /// True if an answer carrying `attempt` is for this attempt (0: from a
+    /// node that does not number attempts).
+    pub(crate) fn answered_by(&self, attempt: u64) -> bool {
+        attempt == self.attempt || attempt == 0
+    }
+
     /// The regions that have not acknowledged `BeginHandOff`.
     pub(crate) fn unacknowledged(&self) -> impl Iterator<Item = &RegionId> {
         self.pending.iter()
@@ -184,6 +190,7 @@ mod tests {
         assert_eq!(w.stopped(&b), HandOffProgress::Waiting);
         assert_eq!(w.stopped(&a), HandOffProgress::Done);
         assert_eq!(w.attempt(), 7);
+        assert!(w.answered_by(7) && w.answered_by(0) && !w.answered_by(6));
     }
 
     #[test]

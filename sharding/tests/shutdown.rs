@@ -328,3 +328,129 @@ fn entities_that_ignore_their_stop_message_are_stopped_after_the_handoff_timeout
         leaving.system.shutdown().await;
     });
 }
+
+/// A node leaves gracefully while another is cut off (blackholed both
+/// ways, unreachable until the split brain resolver downs it). The
+/// hand-offs of the leaving node's shards begin all the same (the regions
+/// that can be reached buffer those shards' messages), and past
+/// `handoff-timeout` they are not abandoned: they wait for the cut-off
+/// region, whose removal counts as its acknowledgement, and then move.
+/// The sender's messages to the entities that were not on the cut-off
+/// node arrive once and in order, and the leaving node's entities run
+/// elsewhere.
+#[test]
+fn a_node_leaves_while_another_is_cut_off_and_none_of_the_reachable_messages_is_lost() {
+    init_logging();
+    rt::block_on(async {
+        let probe = Arc::new(Probe::default());
+        let settings = ShardingSettings {
+            handoff_timeout: Duration::from_secs(1),
+            ..sharding_settings()
+        };
+        let mut nodes = start_nodes_with(4, &probe, settings, |s| {
+            s.coordinated_shutdown.phase_timeouts.insert(
+                Phase::ClusterShardingShutdownRegion,
+                Duration::from_secs(30),
+            );
+        });
+        let all: Vec<&Node> = nodes.iter().collect();
+        all_up(&all, 4).await;
+        assert_eq!(oldest(&all).await, 0, "the coordinator runs on the first");
+        let (sender, leaver, victim) = (1, 2, 3);
+        let (leaving_name, victim_name) = (nodes[leaver].name(), nodes[victim].name());
+        // Counters that do not live on the node to be cut off (its
+        // entities' messages are lost with it, as in a crash), some of them
+        // on the leaving node.
+        let mut ids = Vec::new();
+        let mut on_leaver = Vec::new();
+        for i in 0..60 {
+            let id = format!("c{i}");
+            let at = nodes[sender]
+                .counter(id.as_str())
+                .ask_timeout(WhereAreYou, ASK)
+                .await
+                .unwrap();
+            if at == leaving_name {
+                on_leaver.push(id.clone());
+            }
+            if at != victim_name {
+                ids.push(id);
+            }
+        }
+        assert!(!on_leaver.is_empty(), "the leaving node hosts entities");
+        let refs: Vec<_> = ids
+            .iter()
+            .map(|id| nodes[sender].counter(id.as_str()))
+            .collect();
+
+        let others: Vec<&Node> = (0..3).map(|i| &nodes[i]).collect();
+        cut_off(&nodes[victim], &others);
+        eventually("the cut-off node is unreachable", async || {
+            let s = nodes[0].cluster.state().await.unwrap();
+            s.unreachable
+                .iter()
+                .any(|m| m.node.address == nodes[victim].address())
+        })
+        .await;
+
+        let sent = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let send = async {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                for r in &refs {
+                    r.tell(Seq(n)).unwrap();
+                }
+                n += 1;
+                sent.store(n, Ordering::Release);
+                rt::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        let leave = async {
+            eventually("messages flow", async || sent.load(Ordering::Acquire) >= 20).await;
+            nodes[leaver]
+                .cluster
+                .coordinated_shutdown()
+                .run(Reason::Unknown)
+                .await;
+            let rest: Vec<&Node> = (0..2).map(|i| &nodes[i]).collect();
+            members_are(&rest, &rest).await;
+            let after = sent.load(Ordering::Acquire) + 20;
+            eventually("messages flow", async || {
+                sent.load(Ordering::Acquire) >= after
+            })
+            .await;
+            stop.store(true, Ordering::Release);
+        };
+        future::zip(send, leave).await;
+        let total = sent.load(Ordering::Acquire);
+        for id in &ids {
+            nodes[sender]
+                .counter(id.as_str())
+                .ask_timeout(Add(0), ASK)
+                .await
+                .unwrap();
+            let want: Vec<u64> = (0..total).collect();
+            assert_eq!(
+                probe.received(id),
+                want,
+                "{id}: every message once, in order"
+            );
+        }
+        for id in &on_leaver {
+            let at = nodes[0]
+                .counter(id.as_str())
+                .ask_timeout(WhereAreYou, ASK)
+                .await
+                .unwrap();
+            assert_ne!(at, leaving_name);
+        }
+        let rest: Vec<&Node> = (0..2).map(|i| &nodes[i]).collect();
+        assert_no_shard_twice(&rest).await;
+        let victim_node = nodes.remove(victim);
+        let leaving = nodes.remove(leaver);
+        shutdown_all(nodes).await;
+        leaving.system.shutdown().await;
+        victim_node.system.terminate().await;
+    });
+}

@@ -1027,10 +1027,9 @@ fn a_hand_off_not_acknowledged_in_time_is_abandoned_and_nothing_is_reordered() {
                 .queue_full_waits
         };
         eventually("the acknowledgement waits", async || waits() > 0).await;
-        for _ in 0..20 {
-            target.tell(Seq(next)).unwrap();
-            next += 1;
-        }
+        // Accepted while the hand-off runs (once it is abandoned, sends to
+        // the full queue are refused: `send_each` stops there).
+        send_each(&[&target], [&mut next], 20, false).await;
         // The hand-off ends without the acknowledgement: abandoned, the
         // shard is still on the old home (moved, it would be on neither
         // or on the new one).
@@ -1048,9 +1047,13 @@ fn a_hand_off_not_acknowledged_in_time_is_abandoned_and_nothing_is_reordered() {
         await_received(&probe, "abandoned", next, "every message at the old home").await;
         assert_eq!(probe.starts("abandoned"), 1, "the entity never moved");
 
-        // A later attempt, every region acknowledging, moves it.
+        // A later attempt, every region acknowledging, moves it (asked for
+        // until then: the coordinator leaves a shard whose hand-off was
+        // abandoned alone for a hand-off timeout).
         move_shard_while(&choice, &shard, new, async || {
+            choice.to_move.lock().unwrap().insert(shard.clone());
             send_each(&[&target], [&mut next], 1, true).await;
+            rt::sleep(Duration::from_millis(20)).await;
         })
         .await;
         send_each(&[&target], [&mut next], 20, true).await;
