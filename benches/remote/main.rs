@@ -18,6 +18,13 @@
 //!
 //! `raw-tcp` is the floor: blocking sockets, no framework, the same
 //! 100-byte round trip (it has no `tell` figure).
+//!
+//! The frameworks are measured in rounds (`REMOTE_ROUNDS`, 3 by default),
+//! in the opposite order every other round; the table shows each figure's
+//! median over the rounds, and each round's ask p50 over the raw-TCP p50
+//! of the same round is printed below it (this host's loopback round trip
+//! drifts by 10-20 µs between runs minutes apart, more than the overhead
+//! being measured).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -113,6 +120,16 @@ fn measure(framework: &str) -> Result<Figures, String> {
     result
 }
 
+/// The median (NaN for none).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 #[allow(clippy::print_stdout)]
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -129,18 +146,42 @@ fn main() {
         ("ask p50 µs", "ask_p50_us"),
         ("ask p99 µs", "ask_p99_us"),
     ];
-    let mut results: BTreeMap<&str, Figures> = BTreeMap::new();
-    for fw in ["troupe", "ractor", "raw-tcp"] {
-        if !only.is_empty() && !only.contains(&fw) {
-            continue;
+    let rounds: usize = std::env::var("REMOTE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(3);
+    let chosen: Vec<&str> = ["troupe", "ractor", "raw-tcp"]
+        .into_iter()
+        .filter(|fw| only.is_empty() || only.contains(fw))
+        .collect();
+    // Every round's figures, per framework.
+    let mut per_round: BTreeMap<&str, Vec<Figures>> = BTreeMap::new();
+    for round in 0..rounds {
+        let mut order = chosen.clone();
+        if round % 2 == 1 {
+            order.reverse();
         }
-        match measure(fw) {
-            Ok(f) => {
-                results.insert(fw, f);
+        for fw in order {
+            match measure(fw) {
+                Ok(f) => per_round.entry(fw).or_default().push(f),
+                Err(e) => eprintln!("{e}"),
             }
-            Err(e) => eprintln!("{e}"),
         }
     }
+    let figure = |figs: &Figures, key: &str| figs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+    // The median of each figure over the rounds.
+    let results: BTreeMap<&str, Figures> = per_round
+        .iter()
+        .map(|(fw, all)| {
+            let keys: Vec<&'static str> = all[0].iter().map(|(k, _)| *k).collect();
+            let medians = keys
+                .into_iter()
+                .map(|k| (k, median(all.iter().filter_map(|f| figure(f, k)).collect())))
+                .collect();
+            (*fw, medians)
+        })
+        .collect();
     println!();
     print!("{:<8}", "");
     for (label, _) in columns {
@@ -157,6 +198,22 @@ fn main() {
             }
         }
         println!();
+    }
+    println!("(medians of {rounds} rounds)");
+    if let Some(raw) = per_round.get("raw-tcp") {
+        for (fw, all) in per_round.iter().filter(|(fw, _)| **fw != "raw-tcp") {
+            let over: Vec<f64> = all
+                .iter()
+                .zip(raw)
+                .filter_map(|(f, r)| Some(figure(f, "ask_p50_us")? - figure(r, "ask_p50_us")?))
+                .collect();
+            let each: Vec<String> = over.iter().map(|d| format!("{d:+.1}")).collect();
+            println!(
+                "{fw} ask p50 over raw TCP in each round: {} µs (median {:+.1})",
+                each.join(" "),
+                median(over.clone())
+            );
+        }
     }
     println!();
     for (fw, figs) in &results {
