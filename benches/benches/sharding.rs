@@ -77,6 +77,9 @@ fn wanted(section: &str) -> bool {
     args.is_empty() || args.iter().any(|a| a == section)
 }
 
+/// Messages a side in a round of the tell figures.
+const N: u64 = 2_000_000;
+
 #[path = "support/memory.rs"]
 mod memory;
 use memory::{heap_in_use_bytes, rss_bytes};
@@ -142,34 +145,26 @@ fn main() {
         // Tell, one entity and round robin: rounds of `N` messages a side,
         // in chunks that alternate between the direct and the sharded side
         // (`support/side_by_side.rs`).
-        const N: u64 = 2_000_000;
         let rounds = env_count("SHARDING_ROUNDS", 5) as usize;
         let chunk = env_count("SHARDING_CHUNK", 200_000).min(N);
         if wanted("one") {
             println!("sharding bench: tell, {N} messages a round to one entity");
-            let mut rates = SideBySide::default();
-            for round in 0..rounds {
-                let (mut d, mut s) = (Tally::default(), Tally::default());
-                for c in 0..N.div_ceil(chunk) {
-                    for direct_turn in side_by_side::order(round, c) {
-                        let base = total.load(Ordering::Relaxed);
-                        let t0 = Instant::now();
-                        if direct_turn {
-                            for _ in 0..chunk {
-                                direct.tell(Hit).unwrap();
-                            }
-                        } else {
-                            for _ in 0..chunk {
-                                one.tell(Hit).unwrap();
-                            }
-                        }
-                        wait_total(&total, base + chunk).await;
-                        let tally = if direct_turn { &mut d } else { &mut s };
-                        tally.add(chunk, t0.elapsed().as_secs_f64());
+            let rates = tell_side_by_side(
+                &total,
+                rounds,
+                chunk,
+                || {
+                    for _ in 0..chunk {
+                        direct.tell(Hit).unwrap();
                     }
-                }
-                rates.push(&d, &s);
-            }
+                },
+                || {
+                    for _ in 0..chunk {
+                        one.tell(Hit).unwrap();
+                    }
+                },
+            )
+            .await;
             rates.print("tell", "direct ActorRef::tell", "sharded EntityRef::tell");
         }
 
@@ -188,31 +183,26 @@ fn main() {
             let passes = (chunk as usize).div_ceil(E).max(1);
             let per_chunk = (passes * E) as u64;
             println!("sharding bench: tell, round robin over {E} entities, {N} messages a round");
-            let mut rates = SideBySide::default();
-            for round in 0..rounds {
-                let (mut d, mut s) = (Tally::default(), Tally::default());
-                for c in 0..N.div_ceil(per_chunk) {
-                    for direct_turn in side_by_side::order(round, c) {
-                        let base = total.load(Ordering::Relaxed);
-                        let t0 = Instant::now();
-                        for _ in 0..passes {
-                            if direct_turn {
-                                for a in &twins {
-                                    a.tell(Hit).unwrap();
-                                }
-                            } else {
-                                for r in &refs {
-                                    r.tell(Hit).unwrap();
-                                }
-                            }
+            let rates = tell_side_by_side(
+                &total,
+                rounds,
+                per_chunk,
+                || {
+                    for _ in 0..passes {
+                        for a in &twins {
+                            a.tell(Hit).unwrap();
                         }
-                        wait_total(&total, base + per_chunk).await;
-                        let tally = if direct_turn { &mut d } else { &mut s };
-                        tally.add(per_chunk, t0.elapsed().as_secs_f64());
                     }
-                }
-                rates.push(&d, &s);
-            }
+                },
+                || {
+                    for _ in 0..passes {
+                        for r in &refs {
+                            r.tell(Hit).unwrap();
+                        }
+                    }
+                },
+            )
+            .await;
             rates.print("round robin", "direct", "sharded");
             println!(
                 "  routing so far: {:?}",
@@ -296,6 +286,39 @@ fn main() {
         }
         system.terminate().await;
     });
+}
+
+/// `rounds` of `N` messages a side, in chunks of `chunk` that alternate
+/// between the direct side and the sharded one (`support/side_by_side.rs`):
+/// `direct` and `sharded` each tell `chunk` messages, and a chunk ends
+/// when the entities have handled them all.
+async fn tell_side_by_side(
+    total: &AtomicU64,
+    rounds: usize,
+    chunk: u64,
+    mut direct: impl FnMut(),
+    mut sharded: impl FnMut(),
+) -> SideBySide {
+    let mut rates = SideBySide::default();
+    for round in 0..rounds {
+        let (mut d, mut s) = (Tally::default(), Tally::default());
+        for c in 0..N.div_ceil(chunk) {
+            for direct_turn in side_by_side::order(round, c) {
+                let base = total.load(Ordering::Relaxed);
+                let t0 = Instant::now();
+                if direct_turn {
+                    direct();
+                } else {
+                    sharded();
+                }
+                wait_total(total, base + chunk).await;
+                let tally = if direct_turn { &mut d } else { &mut s };
+                tally.add(chunk, t0.elapsed().as_secs_f64());
+            }
+        }
+        rates.push(&d, &s);
+    }
+    rates
 }
 
 /// An actor of the same type outside sharding, for the direct figures.

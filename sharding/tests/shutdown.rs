@@ -17,9 +17,52 @@ use std::time::{Duration, Instant};
 use support::*;
 use troupe_cluster::coordinated_shutdown::{Phase, Reason};
 use troupe_core::rt;
-use troupe_sharding::ShardingSettings;
+use troupe_sharding::{EntityRef, ShardingSettings};
 
 const ASK: Duration = Duration::from_secs(10);
+
+/// Tells `Seq(n)` to every one of `refs`, n = 0, 1, 2, ... every 5 ms,
+/// until `stop`; `sent` is how many rounds have gone.
+async fn send_until(refs: &[EntityRef<Counter>], sent: &AtomicU64, stop: &AtomicBool) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        for r in refs {
+            r.tell(Seq(n)).unwrap();
+        }
+        n += 1;
+        sent.store(n, Ordering::Release);
+        rt::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `n` nodes running the counters, all Up, the coordinator on the first;
+/// their coordinated shutdown gives the regions' hand-offs 30 s.
+async fn nodes_that_may_leave(
+    n: usize,
+    probe: &Arc<Probe>,
+    settings: ShardingSettings,
+) -> Vec<Node> {
+    let nodes = start_nodes_with(n, probe, settings, |s| {
+        s.coordinated_shutdown.phase_timeouts.insert(
+            Phase::ClusterShardingShutdownRegion,
+            Duration::from_secs(30),
+        );
+    });
+    let all: Vec<&Node> = nodes.iter().collect();
+    all_up(&all, n).await;
+    assert_eq!(oldest(&all).await, 0, "the coordinator runs on the first");
+    nodes
+}
+
+/// Stops `send_until` once it has sent 20 more rounds.
+async fn stop_after_20_more(sent: &AtomicU64, stop: &AtomicBool) {
+    let after = sent.load(Ordering::Acquire) + 20;
+    eventually("messages flow", async || {
+        sent.load(Ordering::Acquire) >= after
+    })
+    .await;
+    stop.store(true, Ordering::Release);
+}
 
 /// Node `leaver` of three leaves through its coordinated shutdown while
 /// node `sender` sends numbered messages to 30 counters without pause;
@@ -27,16 +70,7 @@ const ASK: Duration = Duration::from_secs(10);
 /// leaving node run elsewhere afterwards.
 async fn leave_while_messages_flow(leaver: usize, sender: usize, hold_the_region_phase: bool) {
     let probe = Arc::new(Probe::default());
-    let settings = sharding_settings();
-    let mut nodes = start_nodes_with(3, &probe, settings, |s| {
-        s.coordinated_shutdown.phase_timeouts.insert(
-            Phase::ClusterShardingShutdownRegion,
-            Duration::from_secs(20),
-        );
-    });
-    let all: Vec<&Node> = nodes.iter().collect();
-    all_up(&all, 3).await;
-    assert_eq!(oldest(&all).await, 0, "the coordinator runs on the first");
+    let mut nodes = nodes_that_may_leave(3, &probe, sharding_settings()).await;
     let ids: Vec<String> = (0..30).map(|i| format!("l{i}")).collect();
     let refs: Vec<_> = ids
         .iter()
@@ -74,17 +108,7 @@ async fn leave_while_messages_flow(leaver: usize, sender: usize, hold_the_region
 
     let sent = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
-    let send = async {
-        let mut n = 0u64;
-        while !stop.load(Ordering::Acquire) {
-            for r in &refs {
-                r.tell(Seq(n)).unwrap();
-            }
-            n += 1;
-            sent.store(n, Ordering::Release);
-            rt::sleep(Duration::from_millis(5)).await;
-        }
-    };
+    let send = send_until(&refs, &sent, &stop);
     let leave = async {
         // Some messages before the leave begins.
         eventually("messages flow", async || sent.load(Ordering::Acquire) >= 20).await;
@@ -124,12 +148,7 @@ async fn leave_while_messages_flow(leaver: usize, sender: usize, hold_the_region
         let rest: Vec<&Node> = gone.map(|(_, n)| n).collect();
         members_are(&rest, &rest).await;
         // A little more traffic after the leave.
-        let after = sent.load(Ordering::Acquire) + 20;
-        eventually("messages flow", async || {
-            sent.load(Ordering::Acquire) >= after
-        })
-        .await;
-        stop.store(true, Ordering::Release);
+        stop_after_20_more(&sent, &stop).await;
     };
     future::zip(send, leave).await;
     let total = sent.load(Ordering::Acquire);
@@ -347,15 +366,7 @@ fn a_node_leaves_while_another_is_cut_off_and_none_of_the_reachable_messages_is_
             handoff_timeout: Duration::from_secs(1),
             ..sharding_settings()
         };
-        let mut nodes = start_nodes_with(4, &probe, settings, |s| {
-            s.coordinated_shutdown.phase_timeouts.insert(
-                Phase::ClusterShardingShutdownRegion,
-                Duration::from_secs(30),
-            );
-        });
-        let all: Vec<&Node> = nodes.iter().collect();
-        all_up(&all, 4).await;
-        assert_eq!(oldest(&all).await, 0, "the coordinator runs on the first");
+        let mut nodes = nodes_that_may_leave(4, &probe, settings).await;
         let (sender, leaver, victim) = (1, 2, 3);
         let (leaving_name, victim_name) = (nodes[leaver].name(), nodes[victim].name());
         // Counters that do not live on the node to be cut off (its
@@ -395,17 +406,7 @@ fn a_node_leaves_while_another_is_cut_off_and_none_of_the_reachable_messages_is_
 
         let sent = AtomicU64::new(0);
         let stop = AtomicBool::new(false);
-        let send = async {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Acquire) {
-                for r in &refs {
-                    r.tell(Seq(n)).unwrap();
-                }
-                n += 1;
-                sent.store(n, Ordering::Release);
-                rt::sleep(Duration::from_millis(5)).await;
-            }
-        };
+        let send = send_until(&refs, &sent, &stop);
         let leave = async {
             eventually("messages flow", async || sent.load(Ordering::Acquire) >= 20).await;
             nodes[leaver]
@@ -415,12 +416,7 @@ fn a_node_leaves_while_another_is_cut_off_and_none_of_the_reachable_messages_is_
                 .await;
             let rest: Vec<&Node> = (0..2).map(|i| &nodes[i]).collect();
             members_are(&rest, &rest).await;
-            let after = sent.load(Ordering::Acquire) + 20;
-            eventually("messages flow", async || {
-                sent.load(Ordering::Acquire) >= after
-            })
-            .await;
-            stop.store(true, Ordering::Release);
+            stop_after_20_more(&sent, &stop).await;
         };
         future::zip(send, leave).await;
         let total = sent.load(Ordering::Acquire);

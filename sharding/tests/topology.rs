@@ -641,6 +641,91 @@ fn node_with_small_queues(seed: &Node) -> Node {
     }
 }
 
+/// Times `node`'s region of counters found a queue to a node full.
+fn queue_full_waits(node: &Node) -> u64 {
+    node.sharding
+        .routing_stats::<Counter>()
+        .unwrap()
+        .queue_full_waits
+}
+
+/// Three nodes with the chosen-allocation strategy and a proxy whose queues
+/// are small; the proxy's counter `target` lives on the second node (the
+/// old home), and the proxy's messages to that node are held (`faults`)
+/// until their queue is full: `queued` messages, numbered from 0.
+struct HeldProxy {
+    probe: Arc<Probe>,
+    nodes: Vec<Node>,
+    choice: Arc<Choice>,
+    proxy: Node,
+    target: EntityRef<Counter>,
+    shard: ShardId,
+    faults: troupe_core::remote::FaultInjector,
+    queued: u64,
+    id: String,
+}
+
+impl HeldProxy {
+    async fn start(id: &str, settings: ShardingSettings) -> Self {
+        let probe = Arc::new(Probe::default());
+        let (nodes, choice) = nodes_with_chosen_allocation(&probe, settings.clone()).await;
+        let proxy = proxy_with_small_queues(&nodes[0], settings);
+        let all: Vec<&Node> = nodes.iter().chain([&proxy]).collect();
+        all_up(&all, 4).await;
+        let old = &nodes[1];
+        let target = proxy.counter(id);
+        let shard: ShardId = target.shard_id().into();
+        choice.choose(Some(old));
+        assert_eq!(
+            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            old.name()
+        );
+        // The proxy's messages to the old home stay in their queue until it
+        // is full: the next one is refused, not accepted.
+        let faults = proxy.system.remoting().unwrap().fault_injector().unwrap();
+        faults.hold(&old.address());
+        let mut queued = 0u64;
+        fill_queue(&target, &mut queued);
+        assert!(queued > 0, "nothing queued before the queue was full");
+        HeldProxy {
+            probe,
+            nodes,
+            choice,
+            proxy,
+            target,
+            shard,
+            faults,
+            queued,
+            id: id.to_string(),
+        }
+    }
+
+    /// With the shard on the new home (the third node): sends 20 more
+    /// (numbered from `next`), checks that every message arrived once and
+    /// in order and that the entity had one incarnation per home, and shuts
+    /// the nodes down.
+    async fn ends_on_the_new_home(self, mut next: u64) {
+        let (target, probe, id) = (&self.target, &self.probe, self.id.as_str());
+        // The proxy's queue to the new home may still be full of what it
+        // buffered: a refused message is sent again.
+        send_each(&[target], [&mut next], 20, true).await;
+        assert_eq!(
+            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
+            self.nodes[2].name()
+        );
+        await_received(probe, id, next, "every message arrived").await;
+        assert_eq!(
+            probe.received(id),
+            (0..next).collect::<Vec<_>>(),
+            "once and in order ({} held in the queue to the old home)",
+            self.queued
+        );
+        assert_eq!(probe.starts(id), 2, "one incarnation per home");
+        assert_eq!(probe.state(|p| p.max_alive), 1);
+        shutdown_all(self.nodes.into_iter().chain([self.proxy])).await;
+    }
+}
+
 /// A proxy-only node joining through `seed` whose queue to each node holds
 /// only 32 frames.
 fn proxy_with_small_queues(seed: &Node, settings: ShardingSettings) -> Node {
@@ -901,77 +986,47 @@ fn a_shard_moving_while_the_queues_to_its_homes_are_full_loses_and_reorders_noth
 fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home() {
     init_logging();
     rt::block_on(async {
-        let probe = Arc::new(Probe::default());
-        let settings = sharding_settings();
-        let (nodes, choice) = nodes_with_chosen_allocation(&probe, settings.clone()).await;
-        let proxy = proxy_with_small_queues(&nodes[0], settings);
-        let all: Vec<&Node> = nodes.iter().chain([&proxy]).collect();
-        all_up(&all, 4).await;
+        let held = HeldProxy::start("held-ack", sharding_settings()).await;
+        let HeldProxy {
+            nodes,
+            choice,
+            proxy,
+            target,
+            shard,
+            faults,
+            queued,
+            ..
+        } = &held;
         let (old, new) = (&nodes[1], &nodes[2]);
-        let target = proxy.counter("held-ack");
-        let shard: ShardId = target.shard_id().into();
-        choice.choose(Some(old));
-        assert_eq!(
-            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
-            old.name()
-        );
-
-        // The proxy's messages to the old home stay in their queue until it
-        // is full: the next one is refused, not accepted.
-        let faults = proxy.system.remoting().unwrap().fault_injector().unwrap();
-        faults.hold(&old.address());
-        let mut next = 0u64;
-        fill_queue(&target, &mut next);
-        let queued = next;
-        assert!(queued > 0, "nothing queued before the queue was full");
+        let mut next = *queued;
 
         // The move. Once the proxy's region has the BeginHandOff, its
         // messages for the shard wait in the region (accepted) instead of
         // being refused; its acknowledgement found the queue full.
         choice.choose(Some(new));
         choice.to_move.lock().unwrap().insert(shard.clone());
-        send_each(&[&target], [&mut next], 1, true).await;
+        send_each(&[target], [&mut next], 1, true).await;
         for _ in 0..20 {
             target.tell(Seq(next)).unwrap();
             next += 1;
         }
         // The acknowledgement was refused by the full queue: it waits in
         // the proxy's region (which shows the hold worked).
-        let waits = || {
-            proxy
-                .sharding
-                .routing_stats::<Counter>()
-                .unwrap()
-                .queue_full_waits
-        };
-        eventually("the acknowledgement waits", async || waits() > 0).await;
+        eventually("the acknowledgement waits", async || {
+            queue_full_waits(proxy) > 0
+        })
+        .await;
         // The coordinator waits for it (up to the hand-off timeout, 5 s
         // here): the shard has not moved.
-        assert!(old.hosted_shards().await.contains(&*shard));
-        assert!(!new.hosted_shards().await.contains(&*shard));
+        assert!(old.hosted_shards().await.contains(&**shard));
+        assert!(!new.hosted_shards().await.contains(&**shard));
         faults.release(&old.address());
 
         eventually("the shard moved to its new home", async || {
-            new.hosted_shards().await.contains(&*shard)
+            new.hosted_shards().await.contains(&**shard)
         })
         .await;
-        // The proxy's queue to the new home may still be full of what it
-        // buffered: a refused message is sent again.
-        send_each(&[&target], [&mut next], 20, true).await;
-        assert_eq!(
-            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
-            new.name()
-        );
-        let sent = next;
-        await_received(&probe, "held-ack", sent, "every message arrived").await;
-        assert_eq!(
-            probe.received("held-ack"),
-            (0..sent).collect::<Vec<_>>(),
-            "once and in order ({queued} held in the queue to the old home)"
-        );
-        assert_eq!(probe.starts("held-ack"), 2, "one incarnation per home");
-        assert_eq!(probe.state(|p| p.max_alive), 1);
-        shutdown_all(nodes.into_iter().chain([proxy])).await;
+        held.ends_on_the_new_home(next).await;
     });
 }
 
@@ -988,89 +1043,83 @@ fn a_hand_off_acknowledgement_waits_behind_the_messages_queued_to_the_old_home()
 fn a_hand_off_not_acknowledged_in_time_is_abandoned_and_nothing_is_reordered() {
     init_logging();
     rt::block_on(async {
-        let probe = Arc::new(Probe::default());
         let settings = ShardingSettings {
             handoff_timeout: Duration::from_secs(1),
             ..sharding_settings()
         };
-        let (nodes, choice) = nodes_with_chosen_allocation(&probe, settings.clone()).await;
-        let proxy = proxy_with_small_queues(&nodes[0], settings);
-        let all: Vec<&Node> = nodes.iter().chain([&proxy]).collect();
-        all_up(&all, 4).await;
+        let held = HeldProxy::start("abandoned", settings).await;
+        let HeldProxy {
+            probe,
+            nodes,
+            choice,
+            proxy,
+            target,
+            shard,
+            faults,
+            queued,
+            ..
+        } = &held;
         let (old, new) = (&nodes[1], &nodes[2]);
-        let target = proxy.counter("abandoned");
-        let shard: ShardId = target.shard_id().into();
-        choice.choose(Some(old));
-        assert_eq!(
-            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
-            old.name()
-        );
-
-        // The proxy's messages to the old home stay in their queue, which
-        // fills.
-        let faults = proxy.system.remoting().unwrap().fault_injector().unwrap();
-        faults.hold(&old.address());
-        let mut next = 0u64;
-        fill_queue(&target, &mut next);
-        let queued = next;
-        assert!(queued > 0, "nothing queued before the queue was full");
+        let mut next = *queued;
 
         // The move begins: the proxy's acknowledgement waits behind the
         // held messages, and what it is told meanwhile waits in its region.
         choice.choose(Some(new));
         choice.to_move.lock().unwrap().insert(shard.clone());
-        let waits = || {
-            proxy
-                .sharding
-                .routing_stats::<Counter>()
-                .unwrap()
-                .queue_full_waits
-        };
-        eventually("the acknowledgement waits", async || waits() > 0).await;
+        eventually("the acknowledgement waits", async || {
+            queue_full_waits(proxy) > 0
+        })
+        .await;
         // Accepted while the hand-off runs (once it is abandoned, sends to
         // the full queue are refused: `send_each` stops there).
-        send_each(&[&target], [&mut next], 20, false).await;
+        send_each(&[target], [&mut next], 20, false).await;
         // The hand-off ends without the acknowledgement: abandoned, the
         // shard is still on the old home (moved, it would be on neither
         // or on the new one).
         eventually("the hand-off ended", async || choice.move_ended()).await;
         assert!(
-            old.hosted_shards().await.contains(&*shard),
+            old.hosted_shards().await.contains(&**shard),
             "the shard left its old home without every acknowledgement"
         );
-        assert!(!new.hosted_shards().await.contains(&*shard));
+        assert!(!new.hosted_shards().await.contains(&**shard));
 
         // The link flows: the held messages, then the buffered ones, reach
         // the entity on the old home.
         faults.release(&old.address());
-        send_each(&[&target], [&mut next], 20, true).await;
-        await_received(&probe, "abandoned", next, "every message at the old home").await;
+        send_each(&[target], [&mut next], 20, true).await;
+        await_received(probe, "abandoned", next, "every message at the old home").await;
         assert_eq!(probe.starts("abandoned"), 1, "the entity never moved");
 
-        // A later attempt, every region acknowledging, moves it (asked for
-        // until then: the coordinator leaves a shard whose hand-off was
-        // abandoned alone for a hand-off timeout).
-        move_shard_while(&choice, &shard, new, async || {
+        // A later attempt, every region acknowledging, moves it. The
+        // coordinator leaves a shard whose hand-off was abandoned alone for
+        // a hand-off timeout, so the move is asked for again each time the
+        // strategy took it and the shard stayed (no hand-off runs then, so
+        // a move is never asked for twice).
+        let deadline = Instant::now() + DEADLINE;
+        loop {
             choice.to_move.lock().unwrap().insert(shard.clone());
-            send_each(&[&target], [&mut next], 1, true).await;
-            rt::sleep(Duration::from_millis(20)).await;
-        })
-        .await;
-        send_each(&[&target], [&mut next], 20, true).await;
-        assert_eq!(
-            target.ask_timeout(WhereAreYou, ASK).await.unwrap(),
-            new.name()
-        );
-        let sent = next;
-        await_received(&probe, "abandoned", sent, "every message arrived").await;
-        assert_eq!(
-            probe.received("abandoned"),
-            (0..sent).collect::<Vec<_>>(),
-            "once and in order ({queued} held in the queue to the old home)"
-        );
-        assert_eq!(probe.starts("abandoned"), 2, "one incarnation per home");
-        assert_eq!(probe.state(|p| p.max_alive), 1);
-        shutdown_all(nodes.into_iter().chain([proxy])).await;
+            eventually("the strategy took the move", async || {
+                choice.to_move.lock().unwrap().is_empty() && choice.move_ended()
+            })
+            .await;
+            let moved = loop {
+                send_each(&[target], [&mut next], 1, true).await;
+                let (on_old, on_new) = (
+                    old.hosted_shards().await.contains(&**shard),
+                    new.hosted_shards().await.contains(&**shard),
+                );
+                if on_old != on_new {
+                    break on_new;
+                }
+                assert!(Instant::now() < deadline, "the shard did not settle");
+                rt::sleep(Duration::from_millis(20)).await;
+            };
+            if moved {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the shard did not move");
+        }
+        held.ends_on_the_new_home(next).await;
     });
 }
 
@@ -1131,12 +1180,7 @@ fn messages_the_old_home_held_for_a_full_queue_reach_the_new_home_in_order() {
         let faults = old.system.remoting().unwrap().fault_injector().unwrap();
         faults.hold(&new.address());
         fill_queue(&filler, &mut 0);
-        let waits = || {
-            old.sharding
-                .routing_stats::<Counter>()
-                .unwrap()
-                .queue_full_waits
-        };
+        let waits = || queue_full_waits(&old);
         let before = waits();
 
         // The move, with both sending, until the old home's flush has
