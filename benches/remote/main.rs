@@ -32,7 +32,11 @@ use std::process::{Command, Stdio};
 
 mod ractor_side;
 mod raw_side;
+#[path = "../benches/support/side_by_side.rs"]
+mod side_by_side;
 mod troupe_side;
+
+use side_by_side::median;
 
 /// Messages of the `tell` workload.
 pub const TELL_N: u64 = 1_000_000;
@@ -120,16 +124,6 @@ fn measure(framework: &str) -> Result<Figures, String> {
     result
 }
 
-/// The median (NaN for none).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 #[allow(clippy::print_stdout)]
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -177,7 +171,12 @@ fn main() {
             let keys: Vec<&'static str> = all[0].iter().map(|(k, _)| *k).collect();
             let medians = keys
                 .into_iter()
-                .map(|k| (k, median(all.iter().filter_map(|f| figure(f, k)).collect())))
+                .map(|k| {
+                    (
+                        k,
+                        median(&all.iter().filter_map(|f| figure(f, k)).collect::<Vec<_>>()),
+                    )
+                })
                 .collect();
             (*fw, medians)
         })
@@ -211,7 +210,7 @@ fn main() {
             println!(
                 "{fw} ask p50 over raw TCP in each round: {} µs (median {:+.1})",
                 each.join(" "),
-                median(over.clone())
+                median(&over)
             );
         }
     }

@@ -242,6 +242,14 @@ impl<E: Entity> ShardCoordinator<E> {
             .any(|m| &m.node == node)
     }
 
+    /// A region or proxy on an unreachable member, if there is one: it
+    /// could not acknowledge a hand-off.
+    fn unreachable_router(&self) -> Option<RegionId> {
+        self.all_routers()
+            .into_iter()
+            .find(|r| self.is_unreachable(r))
+    }
+
     fn member_status(&self, node: &UniqueAddress) -> Option<MemberStatus> {
         self.cluster_state
             .members
@@ -501,7 +509,7 @@ impl<E: Entity> ShardCoordinator<E> {
         // goes), and its hand-off waits for the others to come back or be
         // removed (`waits_for_cut_off_regions`).
         if !self.shutting_down.contains(&from) {
-            if let Some(cut_off) = routers.iter().find(|r| self.is_unreachable(r)) {
+            if let Some(cut_off) = self.unreachable_router() {
                 tracing::debug!(
                     "sharding: hand-off of shard {shard} of `{}` waits: region {cut_off} is \
                      unreachable",
@@ -532,16 +540,27 @@ impl<E: Entity> ShardCoordinator<E> {
         true
     }
 
-    /// True if the hand-off of `shard` is not to be abandoned although its
+    /// True if hand-off `w` is not to be abandoned although its
     /// acknowledgements are late: its home is shutting down and every
     /// region that has not acknowledged is unreachable (an acknowledgement
     /// comes when it is reachable again, or its removal counts as one).
-    fn waits_for_cut_off_regions(&self, shard: &ShardId) -> bool {
-        self.rebalancing.get(shard).is_some_and(|w| {
-            !w.is_stopping()
-                && self.shutting_down.contains(w.from())
-                && w.unacknowledged().all(|r| self.is_unreachable(r))
-        })
+    fn waits_for_cut_off_regions(&self, w: &RebalanceWorker) -> bool {
+        !w.is_stopping()
+            && self.shutting_down.contains(w.from())
+            && w.unacknowledged().all(|r| self.is_unreachable(r))
+    }
+
+    /// Tells `from`, the home of `shard`, to hand it off (the attempt of
+    /// the hand-off running for it).
+    fn send_hand_off(&mut self, shard: &ShardId, from: &RegionId) {
+        let attempt = self.rebalancing.get(shard).map_or(0, |w| w.attempt());
+        self.tell_region(
+            from,
+            HandOff {
+                shard: shard.clone(),
+                attempt,
+            },
+        );
     }
 
     /// Moves the hand-off of `shard` on after an answer.
@@ -552,18 +571,9 @@ impl<E: Entity> ShardCoordinator<E> {
         holding: bool,
         ctx: &mut Context<Self>,
     ) {
-        let attempt = self.rebalancing.get(shard).map_or(0, |w| w.attempt());
         match progress {
             HandOffProgress::Waiting => {}
-            HandOffProgress::SendHandOff(from) => {
-                self.tell_region(
-                    &from,
-                    HandOff {
-                        shard: shard.clone(),
-                        attempt,
-                    },
-                );
-            }
+            HandOffProgress::SendHandOff(from) => self.send_hand_off(shard, &from),
             HandOffProgress::Done => {
                 let Some(worker) = self.rebalancing.remove(shard) else {
                     return;
@@ -682,10 +692,7 @@ impl<E: Entity> ShardCoordinator<E> {
                 None => continue,
             };
             match progress {
-                HandOffProgress::SendHandOff(from) => {
-                    let attempt = self.rebalancing.get(&s).map_or(0, |w| w.attempt());
-                    self.tell_region(&from, HandOff { shard: s, attempt })
-                }
+                HandOffProgress::SendHandOff(from) => self.send_hand_off(&s, &from),
                 HandOffProgress::Done | HandOffProgress::Failed => {
                     // Its home is gone, so are its entities.
                     self.rebalancing.remove(&s);
@@ -990,24 +997,19 @@ impl<E: Entity> ShardCoordinator<E> {
         for (shard, region) in late {
             self.host(&shard, &region, now);
         }
-        // Hand-offs that stalled.
-        let stalled: Vec<(ShardId, HandOffProgress)> = self
+        // Hand-offs that failed by now.
+        let timeout = self.settings.handoff_timeout;
+        let failed: Vec<ShardId> = self
             .rebalancing
-            .iter_mut()
-            .filter_map(|(s, w)| {
-                w.check_timeout(now, self.settings.handoff_timeout)
-                    .map(|p| (s.clone(), p))
-            })
+            .iter()
+            .filter(|(_, w)| w.is_overdue(now, timeout) && !self.waits_for_cut_off_regions(w))
+            .map(|(s, _)| s.clone())
             .collect();
-        for (s, p) in stalled {
-            if p == HandOffProgress::Failed && self.waits_for_cut_off_regions(&s) {
-                continue;
-            }
-            self.advance(&s, p, false, ctx).await;
+        for s in failed {
+            self.advance(&s, HandOffProgress::Failed, false, ctx).await;
         }
-        let backoff = self.settings.handoff_timeout;
         self.abandoned
-            .retain(|_, at| now.duration_since(*at) < backoff);
+            .retain(|_, at| now.duration_since(*at) < timeout);
         // Flushes that did not complete in time (the old home's messages
         // were lost on the way): the new home stops waiting for them.
         let late: Vec<ShardId> = self
@@ -1059,7 +1061,7 @@ impl<E: Entity> ShardCoordinator<E> {
             return;
         }
         // No hand-off could begin (and a strategy's choice would be lost).
-        if self.all_routers().iter().any(|r| self.is_unreachable(r)) {
+        if self.unreachable_router().is_some() {
             return;
         }
         let current = self.state.allocations(|r| self.member_status(r).is_some());

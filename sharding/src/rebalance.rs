@@ -124,20 +124,15 @@ impl RebalanceWorker {
         self.acked(region)
     }
 
-    /// A hand-off whose acknowledgements do not all come within `timeout`
-    /// is abandoned (the shard never stopped: it stays where it is); a
-    /// shard that does not stop within twice the timeout stays where it
-    /// is too.
-    pub(crate) fn check_timeout(
-        &mut self,
-        now: Instant,
-        timeout: Duration,
-    ) -> Option<HandOffProgress> {
+    /// True once the hand-off has failed by `now`: its acknowledgements did
+    /// not all come within `timeout` (it is abandoned; the shard never
+    /// stopped and stays where it is), or the shard did not stop within
+    /// twice the timeout (it stays where it is too).
+    pub(crate) fn is_overdue(&self, now: Instant, timeout: Duration) -> bool {
         let waited = now.duration_since(self.since);
         match self.phase {
-            Phase::Acking if waited >= timeout => Some(HandOffProgress::Failed),
-            Phase::Stopping if waited >= 2 * timeout => Some(HandOffProgress::Failed),
-            _ => None,
+            Phase::Acking => waited >= timeout,
+            Phase::Stopping => waited >= 2 * timeout,
         }
     }
 }
@@ -200,10 +195,9 @@ mod tests {
         let t = Duration::from_secs(1);
         let start = Instant::now();
         assert_eq!(w.acked(&a), HandOffProgress::Waiting);
-        assert_eq!(w.check_timeout(start, t), None);
-        assert_eq!(
-            w.check_timeout(start + 2 * t, t),
-            Some(HandOffProgress::Failed),
+        assert!(!w.is_overdue(start, t));
+        assert!(
+            w.is_overdue(start + 2 * t, t),
             "abandoned: HandOff is never sent without b's acknowledgement"
         );
         assert!(!w.is_stopping());
@@ -217,11 +211,8 @@ mod tests {
         w.acked(&b);
         assert_eq!(w.acked(&a), HandOffProgress::SendHandOff(a.clone()));
         let sent = Instant::now();
-        assert_eq!(w.check_timeout(sent + t, t), None);
-        assert_eq!(
-            w.check_timeout(sent + 3 * t, t),
-            Some(HandOffProgress::Failed)
-        );
+        assert!(!w.is_overdue(sent + t, t));
+        assert!(w.is_overdue(sent + 3 * t, t));
     }
 
     #[test]

@@ -1102,19 +1102,15 @@ fn a_hand_off_not_acknowledged_in_time_is_abandoned_and_nothing_is_reordered() {
                 choice.to_move.lock().unwrap().is_empty() && choice.move_ended()
             })
             .await;
-            let moved = loop {
+            // On exactly one of the two (moved, or stayed), while sending.
+            let mut on_new = false;
+            eventually("the shard settled", async || {
                 send_each(&[target], [&mut next], 1, true).await;
-                let (on_old, on_new) = (
-                    old.hosted_shards().await.contains(&**shard),
-                    new.hosted_shards().await.contains(&**shard),
-                );
-                if on_old != on_new {
-                    break on_new;
-                }
-                assert!(Instant::now() < deadline, "the shard did not settle");
-                rt::sleep(Duration::from_millis(20)).await;
-            };
-            if moved {
+                on_new = new.hosted_shards().await.contains(&**shard);
+                on_new != old.hosted_shards().await.contains(&**shard)
+            })
+            .await;
+            if on_new {
                 break;
             }
             assert!(Instant::now() < deadline, "the shard did not move");

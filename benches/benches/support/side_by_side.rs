@@ -33,18 +33,12 @@ impl Tally {
     }
 }
 
-/// Whether side A goes first in chunk `chunk` of round `round`: in every
-/// other chunk, and each round starts with the side that went second in
-/// the round before.
-pub fn a_first(round: usize, chunk: u64) -> bool {
-    (round as u64 + chunk).is_multiple_of(2)
-}
-
-/// The sides in the order they go in chunk `chunk` of round `round`:
-/// `true` for side A.
+/// The sides in the order they go in chunk `chunk` of round `round`
+/// (`true` for side A): A goes first in every other chunk, and each round
+/// starts with the side that went second in the round before.
 pub fn order(round: usize, chunk: u64) -> [bool; 2] {
-    let first = a_first(round, chunk);
-    [first, !first]
+    let a_first = (round as u64 + chunk).is_multiple_of(2);
+    [a_first, !a_first]
 }
 
 /// The per-round rates of sides A (the baseline) and B.
